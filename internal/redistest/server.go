@@ -1,0 +1,549 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// defaultBinary is where Debian and Ubuntu install redis-server.
+	defaultBinary = "/usr/bin/redis-server"
+	// loopback is the only address servers listen on and clients dial.
+	loopback = "127.0.0.1"
+
+	readyTimeout   = 10 * time.Second       // max wait for a new process to answer PING
+	probeTimeout   = 250 * time.Millisecond // dial and reply timeout of one readiness probe
+	pollInterval   = 20 * time.Millisecond
+	startAttempts  = 5               // fresh ports tried when the chosen one was taken
+	rebindTimeout  = 5 * time.Second // how long Start retries the old port
+	logFileName    = "redis.log"
+	stdoutFileName = "redis.stdout"
+	nodesFileName  = "nodes.conf"
+)
+
+// errAddrInUse marks a start that failed because a port was taken between
+// choosing it and redis-server binding it.
+var errAddrInUse = errors.New("address already in use")
+
+// Option configures a Server started by StartServer or NewServer.
+type Option func(*config)
+
+type config struct {
+	args    []string
+	cluster bool
+}
+
+// WithArgs appends extra redis-server command-line configuration, for
+// example WithArgs("--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru").
+// They come after the package's own arguments, so they override them.
+func WithArgs(extra ...string) Option {
+	return func(c *config) { c.args = append(c.args, extra...) }
+}
+
+// withCluster makes the server a cluster-enabled node with its own bus port.
+func withCluster() Option {
+	return func(c *config) { c.cluster = true }
+}
+
+// Server is one redis-server process on 127.0.0.1. Its port and directory are
+// fixed when it is created and survive Stop and Start; Close releases them.
+type Server struct {
+	// Immutable after StartServer returns.
+	bin     string
+	cfg     config
+	dir     string
+	port    int
+	busPort int // cluster bus port; 0 for a standalone server
+
+	mu     sync.Mutex // guards the fields below and serializes state changes
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has been waited for
+	logPos [2]int64      // sizes of the log files when cmd started
+	paused bool
+	closed bool
+}
+
+// StartServer starts a redis-server on a free loopback port and waits until it
+// answers PING. It is meant for TestMain, where no testing.TB exists; the
+// caller must call Close. Tests should use NewServer.
+func StartServer(opts ...Option) (*Server, error) {
+	bin, err := findBinary()
+	if err != nil {
+		return nil, err
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	s := &Server{bin: bin, cfg: cfg, dir: dir}
+	for attempt := 1; ; attempt++ {
+		if err = s.pickPorts(); err == nil {
+			s.mu.Lock()
+			err = s.spawn()
+			s.mu.Unlock()
+			if err == nil {
+				return s, nil
+			}
+		}
+		s.releasePorts()
+		s.port, s.busPort = 0, 0
+		// A failed cluster node may have written nodes.conf for the old port.
+		_ = os.Remove(filepath.Join(dir, nodesFileName))
+		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+}
+
+// NewServer starts a redis-server like StartServer, calls tb.Fatal if that
+// fails and registers Close with tb.Cleanup.
+func NewServer(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s, err := StartServer(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT".
+func (s *Server) Addr() string { return net.JoinHostPort(loopback, strconv.Itoa(s.port)) }
+
+// Port returns the server's TCP port on 127.0.0.1.
+func (s *Server) Port() int { return s.port }
+
+// URL returns the server's address as "redis://127.0.0.1:PORT", as accepted
+// by redis.ParseURL.
+func (s *Server) URL() string { return "redis://" + s.Addr() }
+
+// Client returns a new go-redis client for the server and closes it on
+// tb.Cleanup. ContextTimeoutEnabled is set, so a context deadline bounds each
+// command (go-redis ignores it by default and waits for ReadTimeout, 5 s in
+// v9.23).
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:                  s.Addr(),
+		ContextTimeoutEnabled: true,
+	})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Close kills the process (SIGKILL to its process group), waits for it to
+// exit and removes its temporary directory. It is idempotent, and safe to
+// call on a stopped or paused server.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.kill()
+	_ = os.RemoveAll(s.dir)
+	s.releasePorts()
+}
+
+// Stop kills the process with SIGKILL, like a crash, and waits for it to
+// exit. The port and directory are kept so that Start can bring the server
+// back. Stopping a server that is not running is a no-op.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("redistest: stop %s: server is closed", s.Addr())
+	}
+	s.kill()
+	return nil
+}
+
+// Start starts a stopped server again on the same port and waits until it
+// answers PING. The server comes back empty: nothing is persisted. A cluster
+// node keeps its nodes.conf, so it rejoins the cluster with the same node ID
+// (a replica then resynchronizes from its master). Start returns an error if
+// the server is running or closed.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("redistest: start %s: server is closed", s.Addr())
+	}
+	if s.runningLocked() {
+		return fmt.Errorf("redistest: start %s: server is already running", s.Addr())
+	}
+	if err := s.clearData(); err != nil {
+		return fmt.Errorf("redistest: start %s: %w", s.Addr(), err)
+	}
+	// The port can be held for a moment after a crash, e.g. by a client
+	// socket that happened to get it as its ephemeral port.
+	deadline := time.Now().Add(rebindTimeout)
+	for {
+		err := s.spawn()
+		if err == nil || !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Pause stops the process with SIGSTOP: connections stay open but nothing is
+// answered, as when Redis hangs. Resume undoes it.
+func (s *Server) Pause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.signalLocked(syscall.SIGSTOP, "pause"); err != nil {
+		return err
+	}
+	s.paused = true
+	return nil
+}
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.signalLocked(syscall.SIGCONT, "resume"); err != nil {
+		return err
+	}
+	s.paused = false
+	return nil
+}
+
+// Running reports whether the process exists, that is it was started and has
+// neither exited nor been stopped or closed. A paused server is running.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runningLocked()
+}
+
+func (s *Server) runningLocked() bool {
+	if s.closed || s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *Server) signalLocked(sig syscall.Signal, what string) error {
+	if !s.runningLocked() {
+		return fmt.Errorf("redistest: %s %s: server is not running", what, s.Addr())
+	}
+	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("redistest: %s %s: %w", what, s.Addr(), err)
+	}
+	return nil
+}
+
+// kill SIGKILLs the process group and waits for the process to be reaped.
+// SIGKILL also ends a SIGSTOPped process. Called with s.mu held.
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+	default:
+		if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			_ = s.cmd.Process.Kill()
+		}
+		<-s.exited
+	}
+	s.cmd, s.exited, s.paused = nil, nil, false
+}
+
+// spawn starts redis-server on s.port and waits until that very process
+// answers. Called with s.mu held.
+func (s *Server) spawn() error {
+	out, err := os.OpenFile(filepath.Join(s.dir, stdoutFileName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	for i, name := range logFiles {
+		s.logPos[i] = 0
+		if fi, err := os.Stat(filepath.Join(s.dir, name)); err == nil {
+			s.logPos[i] = fi.Size()
+		}
+	}
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = out, out // an *os.File: no copying goroutines
+	cmd.SysProcAttr = sysProcAttr()
+	err = startProcess(cmd)
+	_ = out.Close()
+	if err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+
+	if err := s.waitReady(); err != nil {
+		s.kill()
+		return err
+	}
+	return nil
+}
+
+// waitReady polls the port until our process answers PING and INFO reports
+// its pid (so a server another test started on the same port is not mistaken
+// for ours), the process exits, or readyTimeout passes.
+func (s *Server) waitReady() error {
+	deadline := time.Now().Add(readyTimeout)
+	var lastErr error
+	for {
+		select {
+		case <-s.exited:
+			state := s.cmd.ProcessState.String()
+			tail := s.logTail()
+			if strings.Contains(tail, "Address already in use") {
+				return fmt.Errorf("redistest: start redis-server on %s: process exited (%s): %w%s", s.Addr(), state, errAddrInUse, tail)
+			}
+			return fmt.Errorf("redistest: start redis-server on %s: process exited (%s)%s", s.Addr(), state, tail)
+		default:
+		}
+		pid, err := probe(s.Addr())
+		if err == nil && pid == s.cmd.Process.Pid {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("port answered by another redis-server (pid %d)", pid)
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: start redis-server on %s: no answer after %v: %w%s", s.Addr(), readyTimeout, lastErr, s.logTail())
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+func (s *Server) args() []string {
+	a := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", loopback,
+		"--daemonize", "no",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, logFileName),
+		"--protected-mode", "no",
+		// The default waits 5 s for more replicas before a full sync.
+		"--repl-diskless-sync-delay", "0",
+	}
+	if s.cfg.cluster {
+		a = append(a,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, nodesFileName),
+			"--cluster-node-timeout", "2000",
+			"--cluster-port", strconv.Itoa(s.busPort),
+			// Redis 7.0 leaves a replica out of CLUSTER SLOTS (so clients
+			// do not see it) while its replication offset is 0, and an idle
+			// master only advances it with its replica PING, every 10 s by
+			// default.
+			"--repl-ping-replica-period", "1",
+		)
+	}
+	return append(a, s.cfg.args...)
+}
+
+// clearData removes everything a previous run may have left for a restart to
+// load (an RDB received by a replica, an AOF enabled through WithArgs), but
+// keeps the logs and a cluster node's nodes.conf.
+func (s *Server) clearData() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		switch e.Name() {
+		case logFileName, stdoutFileName, nodesFileName:
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logFiles are the files a process writes to, in the order of Server.logPos.
+var logFiles = [2]string{logFileName, stdoutFileName}
+
+// logTail returns the last lines the current process wrote to the redis log
+// and to stdout/stderr (config errors go there), ready to append to an error.
+// Called with s.mu held.
+func (s *Server) logTail() string {
+	var b strings.Builder
+	for i, name := range logFiles {
+		if t := tailFile(filepath.Join(s.dir, name), s.logPos[i], 15); t != "" {
+			fmt.Fprintf(&b, "\n--- %s (tail) ---\n%s", name, t)
+		}
+	}
+	return b.String()
+}
+
+// tailFile returns at most the last n lines of path written after offset from.
+func tailFile(path string, from int64, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const maxBytes = 4096
+	if fi, err := f.Stat(); err == nil {
+		from = max(from, fi.Size()-maxBytes)
+	}
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return ""
+	}
+	data, _ := io.ReadAll(f)
+	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.TrimSpace(strings.Join(ls, "\n"))
+}
+
+// probe sends PING and INFO server over a fresh connection with short
+// timeouts and returns the process_id the server reports.
+func probe(addr string) (int, error) {
+	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line != "+PONG\r\n" {
+		return 0, fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	line, err = r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(line, "$") {
+		return 0, fmt.Errorf("INFO answered %q", strings.TrimSpace(line))
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("INFO answered %q", strings.TrimSpace(line))
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	if v, ok := infoField(string(body), "process_id"); ok {
+		return strconv.Atoi(v)
+	}
+	return 0, errors.New("INFO has no process_id")
+}
+
+// infoField returns the value of "key:value" in an INFO or CLUSTER INFO reply.
+func infoField(info, key string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func findBinary() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	if fi, err := os.Stat(defaultBinary); err == nil && !fi.IsDir() {
+		return defaultBinary, nil
+	}
+	return "", errors.New("redistest: start redis-server: redis-server not found in PATH or at " + defaultBinary +
+		"; install it with `apt-get install -y redis-server`")
+}
+
+// Ports handed to live servers of this test binary. The kernel may return a
+// port from net.Listen(":0") again as soon as it is closed, so without this
+// two parallel tests could pick the same one.
+var (
+	portsMu  sync.Mutex
+	reserved = map[int]bool{}
+)
+
+// pickFreePort is freePort; tests replace it to simulate a lost race for a port.
+var pickFreePort = freePort
+
+func (s *Server) pickPorts() error {
+	p, err := pickFreePort()
+	if err != nil {
+		return err
+	}
+	s.port = p
+	if s.cfg.cluster {
+		// Redis 7's --cluster-port frees us from needing port+10000.
+		if s.busPort, err = pickFreePort(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) releasePorts() {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	delete(reserved, s.port)
+	delete(reserved, s.busPort)
+}
+
+func freePort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("redistest: start redis-server: pick a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		portsMu.Lock()
+		taken := reserved[port]
+		if !taken {
+			reserved[port] = true
+		}
+		portsMu.Unlock()
+		if !taken {
+			return port, nil
+		}
+	}
+	return 0, errors.New("redistest: start redis-server: no free port found")
+}
