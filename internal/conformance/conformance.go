@@ -1,0 +1,428 @@
+// Package conformance is the one table of scenarios that every
+// tollgate.Store must pass with identical results: memorystore, redisstore
+// on a standalone Redis and redisstore on a Redis Cluster all run it (see
+// their tests). The expected values are worked out by hand from each
+// algorithm's definition, at fixed instants of an injected clock, so a
+// scenario pins down semantics, not just agreement.
+//
+// Besides the table, Differential runs long random sequences through a
+// store and through memorystore side by side and requires the same Result
+// at every step, and Equivalences checks the identities between algorithms
+// (a policing leaky bucket is a token bucket; GCRA is one too when
+// period/rate is a whole number of µs).
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+// T0 is the instant scenarios start at: midnight UTC, so it is the start of
+// a window of every period used here.
+var T0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Clock is a settable clock shared by a test and its store.
+type Clock struct {
+	mu   sync.Mutex
+	base time.Time
+	t    time.Time
+}
+
+// NewClock returns a Clock reading T0.
+func NewClock() *Clock { return NewClockAt(T0) }
+
+// NewClockAt returns a Clock reading base, which Set counts from.
+func NewClockAt(base time.Time) *Clock { return &Clock{base: base, t: base} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set sets the clock to its base + d.
+func (c *Clock) Set(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.base.Add(d)
+	c.mu.Unlock()
+}
+
+// Backend is a Store under test.
+type Backend struct {
+	// New returns a store reading time from now. Stores may be shared
+	// between scenarios: every scenario uses keys of its own.
+	New func(t *testing.T, now func() time.Time) tollgate.Store
+	// TTL returns how long the store will keep key's state under limit, and
+	// whether it keeps any.
+	TTL func(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) (time.Duration, bool)
+	// TTLSlack is how much shorter than ResetAfter a TTL may read, for
+	// stores whose TTLs run on real time (Redis) while the test's clock
+	// stands still.
+	TTLSlack time.Duration
+	// TTLGrain is the resolution TTLs are rounded up to (Redis: 1ms).
+	TTLGrain time.Duration
+}
+
+const (
+	ms = time.Millisecond
+	us = time.Microsecond
+)
+
+// step is one call at T0+at with cost n and the Result it must return.
+type step struct {
+	at   time.Duration
+	n    int
+	want tollgate.Result
+}
+
+func allow(at time.Duration, n, remaining int, reset time.Duration) step {
+	return step{at, n, tollgate.Result{Allowed: true, Remaining: remaining, ResetAfter: reset}}
+}
+
+func deny(at time.Duration, n, remaining int, retry, reset time.Duration) step {
+	return step{at, n, tollgate.Result{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}}
+}
+
+func shaped(at time.Duration, n, remaining int, delay, reset time.Duration) step {
+	return step{at, n, tollgate.Result{Allowed: true, Remaining: remaining, Delay: delay, ResetAfter: reset}}
+}
+
+// repeat returns k copies of s.
+func repeat(k int, s step) []step {
+	out := make([]step, k)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func join(parts ...[]step) []step {
+	var out []step
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+type scenario struct {
+	name  string
+	limit tollgate.Limit
+	steps []step
+	// reset, when > 0, calls Reset before step number reset.
+	reset int
+}
+
+// 2 per second, burst 5: a token every 500ms.
+var bucket = tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 2, Period: time.Second, Burst: 5}
+
+func with(l tollgate.Limit, a tollgate.Algorithm) tollgate.Limit {
+	l.Algorithm = a
+	return l
+}
+
+// bucketSteps are what a 2/s burst-5 bucket must do; token bucket, GCRA and
+// a policing leaky bucket all do exactly this.
+func bucketSteps() []scenario {
+	return []scenario{
+		{name: "burst then refill", limit: bucket, steps: []step{
+			allow(0, 1, 4, 500*ms),
+			allow(0, 1, 3, 1000*ms),
+			{0, 0, tollgate.Result{Allowed: true, Remaining: 3, ResetAfter: 1000 * ms}}, // look, spend nothing
+			allow(0, 1, 2, 1500*ms),
+			allow(0, 1, 1, 2000*ms),
+			allow(0, 1, 0, 2500*ms),
+			deny(0, 1, 0, 500*ms, 2500*ms),
+			deny(250*ms, 1, 0, 250*ms, 2250*ms), // half a token: not yet
+			allow(500*ms, 1, 0, 2500*ms),        // one token refilled
+			allow(3000*ms, 1, 4, 500*ms),        // full again, capped at 5
+		}},
+		{name: "cost n", limit: bucket, steps: []step{
+			allow(0, 3, 2, 1500*ms),
+			deny(0, 3, 2, 500*ms, 1500*ms), // needs one token more
+			allow(500*ms, 3, 0, 2500*ms),
+			deny(500*ms, 5, 0, 2500*ms, 2500*ms), // the whole burst: wait for it
+			allow(3000*ms, 5, 0, 2500*ms),
+		}},
+		{name: "clock goes backwards", limit: bucket, steps: []step{
+			allow(10*time.Second, 5, 0, 2500*ms),
+			// One second back: no refill, and every duration includes the lag.
+			deny(9*time.Second, 1, 0, 1500*ms, 3500*ms),
+			deny(10*time.Second, 1, 0, 500*ms, 2500*ms),
+			allow(10500*ms, 1, 0, 2500*ms),
+			// An hour back: still not rewarded.
+			deny(10500*ms-time.Hour, 1, 0, time.Hour+500*ms, time.Hour+2500*ms),
+		}},
+		{name: "reset forgets", limit: bucket, reset: 2, steps: []step{
+			allow(0, 5, 0, 2500*ms),
+			deny(0, 1, 0, 500*ms, 2500*ms),
+			allow(0, 1, 4, 500*ms), // after Reset: a fresh bucket
+		}},
+	}
+}
+
+func scenarios() []scenario {
+	var out []scenario
+	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket} {
+		for _, sc := range bucketSteps() {
+			sc.limit = with(sc.limit, a)
+			out = append(out, sc)
+		}
+	}
+	second := time.Second
+	out = append(out,
+		// 3 per second: GCRA's interval rounds up to 333,334µs.
+		scenario{name: "interval rounded up", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: second, Burst: 3}, steps: []step{
+			allow(0, 1, 2, 333334*us),
+			allow(0, 1, 1, 666668*us),
+			allow(0, 1, 0, 1000002*us),
+			deny(0, 1, 0, 333334*us, 1000002*us),
+			allow(333334*us, 1, 0, 1000002*us),
+		}},
+		// The token bucket counts the same limit exactly: 1/3 token per
+		// 333,333.3µs, kept as 3 units per µs of a million-unit token.
+		scenario{name: "thirds of a token", limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 3, Period: second, Burst: 3}, steps: []step{
+			allow(0, 3, 0, time.Second),
+			deny(0, 1, 0, 333334*us, time.Second),
+			deny(333333*us, 1, 0, 1*us, 666667*us),
+			allow(333334*us, 1, 0, time.Second), // 1,000,002 units: 2 left over
+			deny(333334*us, 1, 0, 333333*us, time.Second),
+		}},
+		// Shaping: 2/s, burst 1, queue up to 1s. Requests that overflow go
+		// later, spaced 500ms apart, until the queue is full.
+		scenario{name: "shaping delays", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: second, Burst: 1, MaxDelay: second}, steps: []step{
+			shaped(0, 1, 0, 0, 500*ms),
+			shaped(0, 1, 0, 500*ms, 1000*ms),
+			shaped(0, 1, 0, 1000*ms, 1500*ms),
+			deny(0, 1, 0, 500*ms, 1500*ms),
+			shaped(500*ms, 1, 0, 1000*ms, 1500*ms),
+			shaped(2500*ms, 2, 0, 500*ms, 1000*ms), // a cost of 2 from empty: the second half waits
+		}},
+		// Periods here are long enough that no state a later step reads has a
+		// TTL under a second: Redis expires keys in real time.
+		scenario{name: "fixed window", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: 10 * second}, steps: []step{
+			allow(0, 1, 2, 10*second),
+			allow(9*second, 2, 0, 1*second),
+			deny(9500*ms, 1, 0, 500*ms, 500*ms),
+			allow(10*second, 1, 2, 10*second), // a new window
+			deny(15*second, 3, 2, 5*second, 5*second),
+			{15 * second, 0, tollgate.Result{Allowed: true, Remaining: 2, ResetAfter: 5 * second}},
+		}},
+		scenario{name: "fixed window boundary", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Minute}, steps: join(
+			// Twice the limit within a second, across the edge.
+			[]step{allow(59*second, 1, 2, second), allow(59*second, 1, 1, second), allow(59*second, 1, 0, second)},
+			[]step{allow(60*second, 1, 2, time.Minute), allow(60*second, 1, 1, time.Minute), allow(60*second, 1, 0, time.Minute)},
+			[]step{deny(60*second, 1, 0, time.Minute, time.Minute)},
+		)},
+		scenario{name: "fixed window clock goes backwards", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: second}, steps: []step{
+			allow(2200*ms, 3, 0, 800*ms),
+			// Back into window 1: it stays in window 2, full.
+			deny(1500*ms, 1, 0, 1500*ms, 1500*ms),
+			allow(3000*ms, 1, 2, 1000*ms),
+		}},
+		scenario{name: "sliding log", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: second}, steps: []step{
+			allow(0, 1, 2, 1000*ms),
+			allow(300*ms, 1, 1, 1000*ms),
+			allow(600*ms, 1, 0, 1000*ms),
+			deny(900*ms, 1, 0, 100*ms, 700*ms),   // the entry at 0 leaves at 1s
+			allow(1000*ms, 1, 0, 1000*ms),        // and has: (0s, 1s] holds 0.3, 0.6
+			deny(1000*ms, 2, 0, 600*ms, 1000*ms), // 0.3 and 0.6 must both leave
+		}},
+		scenario{name: "sliding log same microsecond", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: second}, steps: join(
+			[]step{allow(5*second, 1, 2, 1000*ms), allow(5*second, 1, 1, 1000*ms), allow(5*second, 1, 0, 1000*ms)},
+			[]step{deny(5*second, 1, 0, 1000*ms, 1000*ms)},
+			[]step{allow(6*second, 2, 1, 1000*ms), allow(6*second, 1, 0, 1000*ms)},
+		)},
+		scenario{name: "sliding log clock goes backwards", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: second}, steps: []step{
+			allow(20*second, 2, 1, 1000*ms),
+			allow(19500*ms, 1, 0, 1500*ms), // counted at 20s, the newest entry
+			deny(19500*ms, 1, 0, 1500*ms, 1500*ms),
+		}},
+		// 4 per second; the previous window is weighed in 1ms steps.
+		scenario{name: "sliding counter", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 4, Period: second}, steps: []step{
+			allow(500*ms, 4, 0, 1500*ms),
+			// At 1s the previous window weighs 4 in full; at 1.25s, 3.
+			deny(1000*ms, 1, 0, 250*ms, 1000*ms),
+			allow(1250*ms, 1, 0, 1750*ms),
+			allow(1500*ms, 1, 0, 1500*ms), // 4 × 0.5 + 2 = 4
+			deny(1500*ms, 1, 0, 250*ms, 1500*ms),
+			{1750 * ms, 0, tollgate.Result{Allowed: true, Remaining: 1, ResetAfter: 1250 * ms}},
+		}},
+		scenario{name: "sliding counter next window", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 4, Period: second}, steps: []step{
+			allow(3000*ms, 4, 0, 2000*ms),
+			// The window itself is full: wait until, in the next one, it
+			// weighs 3 (a quarter of the way in).
+			deny(3000*ms, 1, 0, 1250*ms, 2000*ms),
+			allow(4250*ms, 1, 0, 1750*ms),
+		}},
+		scenario{name: "sliding counter boundary", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 4, Period: second}, steps: []step{
+			allow(5999*ms, 4, 0, 1001*ms),
+			deny(6000*ms, 4, 0, 1000*ms, 1000*ms), // no second burst at the edge
+			deny(6000*ms, 1, 0, 250*ms, 1000*ms),
+		}},
+		scenario{name: "sliding counter clock goes backwards", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 4, Period: second}, steps: []step{
+			allow(7500*ms, 2, 2, 1500*ms),
+			allow(6500*ms, 1, 1, 2500*ms),         // stays in window 7
+			deny(6500*ms, 2, 1, 1834*ms, 2500*ms), // window 7 too full: at 8.334s it weighs 3 × 0.666
+		}},
+	)
+	return out
+}
+
+// Run runs every scenario against b.
+func Run(t *testing.T, b Backend) {
+	clock := NewClock()
+	store := b.New(t, clock.Now)
+	ctx := context.Background()
+	// Scenarios share the clock, so they run one after the other.
+	for i, sc := range scenarios() {
+		t.Run(sc.limit.Algorithm.String()+"/"+sc.name, func(t *testing.T) {
+			key := fmt.Sprintf("conformance:%d:%d", i, rand.Int64())
+			for j, st := range sc.steps {
+				if sc.reset > 0 && j == sc.reset {
+					if err := store.Reset(ctx, key, sc.limit); err != nil {
+						t.Fatalf("Reset: %v", err)
+					}
+				}
+				clock.Set(st.at)
+				got, err := store.AllowN(ctx, key, sc.limit, st.n)
+				if err != nil {
+					t.Fatalf("step %d (at %v, n %d): %v", j, st.at, st.n, err)
+				}
+				want := st.want
+				want.Limit = sc.limit
+				if got != want {
+					t.Fatalf("step %d (at %v, n %d):\n got %+v\nwant %+v", j, st.at, st.n, got, want)
+				}
+				if got.Allowed && st.n > 0 {
+					checkTTL(t, b, store, key, sc.limit, got.ResetAfter)
+				}
+			}
+		})
+	}
+	t.Run("invalid input changes nothing", func(t *testing.T) { invalid(t, store, clock) })
+}
+
+// checkTTL requires the stored state to be kept exactly until it is back to
+// full: ResetAfter, rounded up to the store's grain, less the slack.
+func checkTTL(t *testing.T, b Backend, s tollgate.Store, key string, limit tollgate.Limit, reset time.Duration) {
+	t.Helper()
+	got, ok := b.TTL(t, s, key, limit)
+	if !ok {
+		if reset <= b.TTLSlack {
+			return // a TTL this short may have run out, in real time, already
+		}
+		t.Fatalf("no TTL on %s state after a write (want %v)", limit.Algorithm, reset)
+	}
+	hi := reset
+	if b.TTLGrain > 0 {
+		hi = (reset + b.TTLGrain - 1) / b.TTLGrain * b.TTLGrain
+	}
+	if got > hi || got < reset-b.TTLSlack {
+		t.Fatalf("TTL = %v, want %v (ResetAfter %v)", got, hi, reset)
+	}
+}
+
+func invalid(t *testing.T, s tollgate.Store, clock *Clock) {
+	ctx := context.Background()
+	clock.Set(0)
+	key := fmt.Sprintf("conformance:invalid:%d", rand.Int64())
+	good := bucket
+	long := string(make([]byte, tollgate.MaxKeyLen+1))
+	for _, tc := range []struct {
+		name  string
+		key   string
+		limit tollgate.Limit
+		n     int
+		want  error
+	}{
+		{"empty key", "", good, 1, tollgate.ErrInvalidKey},
+		{"key too long", long, good, 1, tollgate.ErrInvalidKey},
+		{"zero rate", key, tollgate.Limit{Rate: 0, Period: time.Second, Burst: 1}, 1, tollgate.ErrInvalidLimit},
+		{"negative period", key, tollgate.Limit{Rate: 1, Period: -time.Second, Burst: 1}, 1, tollgate.ErrInvalidLimit},
+		{"no burst", key, tollgate.Limit{Rate: 1, Period: time.Second}, 1, tollgate.ErrInvalidLimit},
+		{"unknown algorithm", key, tollgate.Limit{Algorithm: 42, Rate: 1, Period: time.Second, Burst: 1}, 1, tollgate.ErrInvalidLimit},
+		{"negative cost", key, good, -1, tollgate.ErrInvalidCost},
+		{"cost above burst", key, good, 6, tollgate.ErrCostExceedsBurst},
+		{"cost above window", key, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Second}, 4, tollgate.ErrCostExceedsBurst},
+		{"cost above shaping queue", key, tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: time.Second, Burst: 1, MaxDelay: time.Second}, 4, tollgate.ErrCostExceedsBurst},
+	} {
+		if _, err := s.AllowN(ctx, tc.key, tc.limit, tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// None of that spent anything.
+	got, err := s.AllowN(ctx, key, good, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Remaining != good.Burst || got.ResetAfter != 0 {
+		t.Errorf("after rejected calls: %+v, want a full, untouched bucket", got)
+	}
+}
+
+// Differential runs a long random sequence of calls — random algorithms,
+// limits, costs, keys, and a clock that stands still or moves forward in
+// small and large steps — through the store b makes and through memorystore,
+// and requires identical Results at every step. The clock starts at start.
+//
+// Redis expires keys in real time, memorystore on the test's clock. An
+// expired state decides like a fresh one, so the two agree as long as the
+// test's clock never runs slower than real time (it advances by the real
+// time elapsed plus the random steps) and never goes back (after a state
+// expired, going back would find it in one store and not the other); the
+// scenarios cover backward clocks. For the same reason each (algorithm,
+// period) has one limit here: a state's TTL is computed under the limit that
+// wrote it.
+func Differential(t *testing.T, b Backend, start time.Time, steps int, seed uint64) {
+	clock := NewClockAt(start)
+	store := b.New(t, clock.Now)
+	ref := memorystore.New(memorystore.WithClock(clock.Now))
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	ctx := context.Background()
+	prefix := fmt.Sprintf("diff:%d:", rand.Int64())
+
+	limits := []tollgate.Limit{
+		{Algorithm: tollgate.TokenBucket, Rate: 7, Period: time.Second, Burst: 3},
+		{Algorithm: tollgate.TokenBucket, Rate: 100, Period: time.Minute, Burst: 10},
+		{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Second, Burst: 4},
+		{Algorithm: tollgate.GCRA, Rate: 10, Period: 2 * time.Second, Burst: 1},
+		{Algorithm: tollgate.FixedWindow, Rate: 5, Period: time.Second},
+		{Algorithm: tollgate.FixedWindow, Rate: 50, Period: 1500 * time.Millisecond},
+		{Algorithm: tollgate.SlidingWindowLog, Rate: 5, Period: time.Second},
+		{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: 700 * time.Millisecond},
+		{Algorithm: tollgate.SlidingWindowCounter, Rate: 6, Period: time.Second},
+		{Algorithm: tollgate.SlidingWindowCounter, Rate: 9, Period: 333 * time.Millisecond},
+		{Algorithm: tollgate.LeakyBucket, Rate: 3, Period: time.Second, Burst: 2},
+		{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: 3 * time.Second, Burst: 1, MaxDelay: 800 * time.Millisecond},
+	}
+	var virtual time.Duration
+	begin := time.Now()
+	for i := 0; i < steps; i++ {
+		switch r := rng.IntN(100); {
+		case r < 45: // the same instant, as far as the test can make it
+		case r < 85:
+			virtual += time.Duration(rng.IntN(300_000)) * time.Microsecond
+		default:
+			virtual += time.Duration(rng.IntN(3000)) * time.Millisecond
+		}
+		now := virtual + time.Since(begin).Truncate(time.Microsecond)
+		clock.Set(now)
+		limit := limits[rng.IntN(len(limits))]
+		key := prefix + fmt.Sprint(rng.IntN(4))
+		n := rng.IntN(limit.Capacity() + 1)
+		want, werr := ref.AllowN(ctx, key, limit, n)
+		got, gerr := store.AllowN(ctx, key, limit, n)
+		if (werr == nil) != (gerr == nil) || got != want {
+			t.Fatalf("step %d: %s key %s n %d at start%+v:\nstore  %+v (err %v)\nmemory %+v (err %v)", i, limit, key, n, now, got, gerr, want, werr)
+		}
+	}
+}

@@ -1,0 +1,331 @@
+package tollgate
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/exact"
+)
+
+// Algorithm selects how a Limit counts. The zero value is TokenBucket.
+//
+// All six are exact in the same integer arithmetic in Redis (Lua) and in
+// memory (Go), so a limit behaves identically on every Store.
+type Algorithm uint8
+
+const (
+	// TokenBucket holds up to Burst tokens and adds Rate tokens per Period,
+	// continuously. A request of cost n takes n tokens. It forgives short
+	// bursts up to Burst and averages Rate over long spans: the default for
+	// APIs whose clients legitimately burst.
+	TokenBucket Algorithm = iota
+	// GCRA (generic cell rate algorithm) has token bucket semantics kept in
+	// a single integer, the theoretical arrival time. Its emission interval
+	// is Period/Rate rounded up to a whole microsecond (3 per second becomes
+	// one per 333,334 µs, 2 ppm slower than asked); when Period/Rate is a
+	// whole number of microseconds it decides exactly as TokenBucket does.
+	GCRA
+	// FixedWindow counts requests in windows of Period aligned to the Unix
+	// epoch (a per-day limit resets at midnight UTC) and admits Rate per
+	// window. Cheapest; but a client can send Rate at the end of one window
+	// and Rate again at the start of the next: twice the limit in moments.
+	FixedWindow
+	// SlidingWindowLog keeps the time of every admitted request and admits
+	// at most Rate in any span of Period. Exact, but memory grows with Rate:
+	// for low-volume, high-stakes endpoints such as login.
+	SlidingWindowLog
+	// SlidingWindowCounter keeps the counts of the current and the previous
+	// fixed window and weighs the previous one by how much of it still
+	// overlaps the sliding window. Near-exact in constant memory: the usual
+	// choice for public APIs.
+	SlidingWindowCounter
+	// LeakyBucket drains at Rate per Period and holds Burst. As a policer
+	// (MaxDelay 0) it rejects what would overflow and decides exactly as
+	// TokenBucket does. As a shaper (MaxDelay > 0) it admits an overflowing
+	// request with Result.Delay set to when it may go, up to MaxDelay, so
+	// what leaves is spaced at Rate: for fragile backends and webhooks.
+	LeakyBucket
+
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	TokenBucket:          "token_bucket",
+	GCRA:                 "gcra",
+	FixedWindow:          "fixed_window",
+	SlidingWindowLog:     "sliding_window_log",
+	SlidingWindowCounter: "sliding_window_counter",
+	LeakyBucket:          "leaky_bucket",
+}
+
+// Algorithms lists every algorithm, in the order of their constants.
+func Algorithms() []Algorithm {
+	return []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket}
+}
+
+// String returns the algorithm's name as configuration files spell it,
+// such as "token_bucket".
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm returns the algorithm named s, as Algorithm.String spells it.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if s == name {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want one of token_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, leaky_bucket)", ErrInvalidLimit, s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if a >= numAlgorithms {
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, a)
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	v, err := ParseAlgorithm(string(text))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Limit says how much a key may do. It is a value: pass it on every call, so
+// a Limiter holds no per-key configuration and a plan change takes effect on
+// the next request.
+//
+// Rate events are allowed per Period. Burst is the capacity of TokenBucket,
+// GCRA and LeakyBucket (how many may arrive at once); the window algorithms
+// admit Rate per window and ignore Burst. MaxDelay > 0 turns a LeakyBucket
+// into a shaper (see LeakyBucket) and is invalid on other algorithms.
+//
+// The state of a key is kept per (key, Algorithm, Period): changing Rate or
+// Burst keeps what the key has spent, changing the algorithm or the period
+// starts afresh.
+type Limit struct {
+	Algorithm Algorithm
+	Rate      int
+	Period    time.Duration
+	Burst     int
+	MaxDelay  time.Duration
+}
+
+// PerSecond returns a token bucket of rate per second with a burst of rate.
+func PerSecond(rate int) Limit { return per(rate, time.Second) }
+
+// PerMinute returns a token bucket of rate per minute with a burst of rate.
+func PerMinute(rate int) Limit { return per(rate, time.Minute) }
+
+// PerHour returns a token bucket of rate per hour with a burst of rate.
+func PerHour(rate int) Limit { return per(rate, time.Hour) }
+
+// PerDay returns a token bucket of rate per day with a burst of rate.
+func PerDay(rate int) Limit { return per(rate, 24*time.Hour) }
+
+func per(rate int, period time.Duration) Limit {
+	return Limit{Algorithm: TokenBucket, Rate: rate, Period: period, Burst: rate}
+}
+
+// Validate reports why l cannot be used, as an error wrapping
+// ErrInvalidLimit, or nil. Every Store calls it before doing anything.
+//
+// Beyond the obvious (Rate ≥ 1, Period > 0, Burst ≥ 1 for the bucket
+// algorithms, a known Algorithm), the quantities a limit implies must stay
+// exact in a double, the only number Redis's Lua has: Period and MaxDelay are
+// whole microseconds of at most 2^46 µs (about 814 days), and the counters a
+// limit needs stay below 2^53. In practice this rejects only extreme limits,
+// such as a token bucket of 999,999 per day with a burst of a million; round
+// rates (1,000,000 per day) are fine, because the rate and the period are
+// reduced by their common divisor first.
+func (l Limit) Validate() error {
+	_, err := l.params()
+	return err
+}
+
+// Capacity returns the largest cost a single request can ever be admitted
+// with under l: Burst for the bucket algorithms (plus what MaxDelay can
+// queue for a shaping LeakyBucket), Rate for the window algorithms. A cost
+// above it fails with ErrCostExceedsBurst. It returns 0 for an invalid limit.
+func (l Limit) Capacity() int {
+	p, err := l.params()
+	if err != nil {
+		return 0
+	}
+	return int(p.Capacity)
+}
+
+// String describes l, such as "10/s burst 20 token_bucket" or
+// "1000/24h fixed_window".
+func (l Limit) String() string {
+	b := make([]byte, 0, 48)
+	b = strconv.AppendInt(b, int64(l.Rate), 10)
+	b = append(b, '/')
+	switch l.Period {
+	case time.Second:
+		b = append(b, 's')
+	case time.Minute:
+		b = append(b, 'm')
+	case time.Hour:
+		b = append(b, 'h')
+	default:
+		b = append(b, shortDuration(l.Period)...)
+	}
+	switch l.Algorithm {
+	case TokenBucket, GCRA, LeakyBucket:
+		b = append(b, " burst "...)
+		b = strconv.AppendInt(b, int64(l.Burst), 10)
+	}
+	b = append(b, ' ')
+	b = append(b, l.Algorithm.String()...)
+	if l.MaxDelay != 0 {
+		b = append(b, " max_delay "...)
+		b = append(b, shortDuration(l.MaxDelay)...)
+	}
+	return string(b)
+}
+
+// shortDuration drops the zero tails time.Duration.String prints ("24h0m0s"
+// becomes "24h").
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	for _, tail := range []string{"0s", "0m"} {
+		if len(s) > len(tail)+1 && s[len(s)-len(tail):] == tail && (s[len(s)-len(tail)-1] < '0' || s[len(s)-len(tail)-1] > '9') {
+			s = s[:len(s)-len(tail)]
+		}
+	}
+	return s
+}
+
+// Params are the integers a Store computes a decision with, derived from a
+// valid Limit by Limit.Params. Stores pass them to their Lua scripts as
+// arguments, so the reduction and the bounds are computed once, in Go.
+type Params struct {
+	Algorithm Algorithm
+	// PeriodUS is the period in microseconds.
+	PeriodUS int64
+	// Rate and Burst as in Limit.
+	Rate, Burst int64
+	// Unit is how many fixed-point units make one token (TokenBucket,
+	// LeakyBucket): the period divided by gcd(rate, period). UnitRate is how
+	// many units are added (or leak) per microsecond: the rate divided by
+	// the same gcd. Both are exact, so refill never rounds.
+	Unit, UnitRate int64
+	// IntervalUS is GCRA's emission interval, ⌈period/rate⌉ µs.
+	IntervalUS int64
+	// MaxDelayUS is a shaping LeakyBucket's maximum delay in µs.
+	MaxDelayUS int64
+	// Capacity is the largest admissible cost (see Limit.Capacity).
+	Capacity int64
+}
+
+// Params validates l and returns the integers a Store decides with.
+func (l Limit) Params() (Params, error) { return l.params() }
+
+func (l Limit) params() (Params, error) {
+	p := Params{Algorithm: l.Algorithm, Rate: int64(l.Rate), Burst: int64(l.Burst)}
+	if l.Algorithm >= numAlgorithms {
+		return p, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, l.Algorithm)
+	}
+	if l.Rate < 1 || int64(l.Rate) >= exact.Max {
+		return p, fmt.Errorf("%w: rate must be between 1 and 2^53, got %d", ErrInvalidLimit, l.Rate)
+	}
+	if l.Period <= 0 || l.Period%time.Microsecond != 0 || l.Period/time.Microsecond > exact.MaxHorizon {
+		return p, fmt.Errorf("%w: period must be a whole number of microseconds between 1µs and 2^46µs (about 814 days), got %v", ErrInvalidLimit, l.Period)
+	}
+	if l.MaxDelay < 0 || l.MaxDelay%time.Microsecond != 0 || l.MaxDelay/time.Microsecond > exact.MaxHorizon {
+		return p, fmt.Errorf("%w: max delay must be a whole number of microseconds between 0 and 2^46µs, got %v", ErrInvalidLimit, l.MaxDelay)
+	}
+	if l.MaxDelay > 0 && l.Algorithm != LeakyBucket {
+		return p, fmt.Errorf("%w: max delay applies only to leaky_bucket (shaping), not to %s", ErrInvalidLimit, l.Algorithm)
+	}
+	p.PeriodUS = int64(l.Period / time.Microsecond)
+	p.MaxDelayUS = int64(l.MaxDelay / time.Microsecond)
+
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindowLog:
+		p.Capacity = p.Rate
+	case SlidingWindowCounter:
+		// The weighted check adds up to three counts times the period in
+		// grains; a quarter of 2^53 leaves room for all of them.
+		if p.Rate > exact.Max/4/(p.PeriodUS/exact.SlidingGrain(p.PeriodUS)) {
+			return p, fmt.Errorf("%w: %d per %v is too fine for the sliding window counter to count exactly (rate × period in ms must stay below 2^51); use a shorter period or fixed_window", ErrInvalidLimit, l.Rate, l.Period)
+		}
+		p.Capacity = p.Rate
+	case TokenBucket, GCRA, LeakyBucket:
+		if l.Burst < 1 {
+			return p, fmt.Errorf("%w: %s needs a burst of at least 1, got %d", ErrInvalidLimit, l.Algorithm, l.Burst)
+		}
+		g := exact.GCD(p.Rate, p.PeriodUS)
+		p.Unit, p.UnitRate = p.PeriodUS/g, p.Rate/g
+		p.IntervalUS = exact.CeilDiv(p.PeriodUS, p.Rate)
+		p.Capacity = p.Burst
+		// Tokens are counted in units of 1/Unit token: a full bucket, plus
+		// what a shaper may queue, must fit below 2^53; and so must the
+		// span of time that much state stands for.
+		if p.Burst > exact.Max/p.Unit || p.Burst > exact.MaxHorizon/p.IntervalUS {
+			return p, fmt.Errorf("%w: burst %d at %d per %v is too large to count exactly (burst × period ÷ gcd(rate, period in µs) must stay below 2^53, and burst × period/rate below 2^46µs)", ErrInvalidLimit, l.Burst, l.Rate, l.Period)
+		}
+		if p.MaxDelayUS > 0 {
+			if p.MaxDelayUS > (exact.Max-p.Burst*p.Unit)/p.UnitRate {
+				return p, fmt.Errorf("%w: max delay %v at %d per %v is too large to count exactly", ErrInvalidLimit, l.MaxDelay, l.Rate, l.Period)
+			}
+			// The largest request a shaper admits from an empty bucket is
+			// the one whose excess over Burst drains within MaxDelay.
+			p.Capacity += p.MaxDelayUS * p.UnitRate / p.Unit
+		}
+	}
+	return p, nil
+}
+
+// MaxKeyLen is the longest key, in bytes, a Store accepts.
+const MaxKeyLen = 512
+
+// CheckRequest validates one request — its key, limit and cost — the way
+// every Store does before it touches any state, and returns the limit's
+// Params. A key must be 1 to MaxKeyLen bytes; n must be 0 (look without
+// spending) up to the limit's Capacity.
+func CheckRequest(key string, l Limit, n int) (Params, error) {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return Params{}, fmt.Errorf("%w: a key must be 1 to %d bytes, got %d", ErrInvalidKey, MaxKeyLen, len(key))
+	}
+	p, err := l.params()
+	if err != nil {
+		return p, err
+	}
+	if n < 0 {
+		return p, fmt.Errorf("%w: cost must be at least 1 (0 to look without spending), got %d", ErrInvalidCost, n)
+	}
+	if int64(n) > p.Capacity {
+		return p, fmt.Errorf("%w: cost %d, but %s admits at most %d at once", ErrCostExceedsBurst, n, l, p.Capacity)
+	}
+	return p, nil
+}
+
+// Errors returned by Validate, stores and the Limiter. Test for them with
+// errors.Is: the returned errors wrap them with the details.
+var (
+	// ErrInvalidLimit: a Limit that Validate rejects.
+	ErrInvalidLimit = errors.New("tollgate: invalid limit")
+	// ErrInvalidKey: an empty key, or one longer than MaxKeyLen bytes.
+	ErrInvalidKey = errors.New("tollgate: invalid key")
+	// ErrInvalidCost: a cost below 1 (or below 0 where 0 means "look").
+	ErrInvalidCost = errors.New("tollgate: invalid cost")
+	// ErrCostExceedsBurst: a cost larger than the limit can ever admit,
+	// so waiting would not help. Nothing is spent.
+	ErrCostExceedsBurst = errors.New("tollgate: cost exceeds what the limit can ever admit")
+	// ErrWaitExceedsDeadline: Wait would have to wait past the context's
+	// deadline; it returns at once instead of sleeping in vain.
+	ErrWaitExceedsDeadline = errors.New("tollgate: wait would exceed the context deadline")
+)

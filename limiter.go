@@ -1,0 +1,136 @@
+package tollgate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Limiter makes rate-limit decisions against a Store. It holds no per-key
+// state — the Store does — and no configuration per key: the Limit is an
+// argument of every call. A Limiter is safe for concurrent use; make one per
+// Store and share it.
+//
+// Most callers want Allow (or AllowN for requests that cost more than one)
+// on the request path, and Wait on the client side to stay under somebody
+// else's quota.
+type Limiter struct {
+	store   Store
+	timeout time.Duration
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithTimeout bounds every store call with a deadline of d, on top of the
+// caller's context, so that a slow store cannot hold the caller longer.
+// 0 (the default) leaves the caller's context alone.
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.timeout = d }
+}
+
+// New returns a Limiter deciding against store: redisstore.New for a limit
+// shared by every replica, memorystore.New for one process.
+func New(store Store, opts ...Option) *Limiter {
+	l := &Limiter{store: store}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// Allow is AllowN(ctx, key, limit, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN decides whether key may spend n (at least 1) under limit now, and
+// spends it if so. Over the limit is a Result with Allowed false; the error
+// is for invalid input (ErrInvalidKey, ErrInvalidLimit, ErrInvalidCost,
+// ErrCostExceedsBurst — nothing is sent to the store) and for a store that
+// failed. For a shaping LeakyBucket an admitted request may carry a Delay
+// that the caller should wait before acting.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	if n < 1 {
+		return Result{Limit: limit}, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidCost, n)
+	}
+	return l.decide(ctx, key, limit, n)
+}
+
+// Peek reports key's state under limit without spending anything: Remaining
+// and ResetAfter as they stand now.
+func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.decide(ctx, key, limit, 0)
+}
+
+func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	return l.store.AllowN(ctx, key, limit, n)
+}
+
+// Wait is WaitN(ctx, key, limit, 1).
+func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
+	return l.WaitN(ctx, key, limit, 1)
+}
+
+// WaitN blocks until key may spend n under limit, spends it, and returns
+// nil; or returns an error when the context ends first. When the context's
+// deadline comes before the time the store says to retry, it returns
+// ErrWaitExceedsDeadline at once instead of sleeping in vain.
+//
+// This is how a service stays under an outside provider's quota from many
+// replicas: every replica waits on the same key of a shared store, so
+// together they send no more than the limit. With a token bucket, replicas
+// that wake together race for the next token and the losers wait again
+// (one store call each); with a shaping LeakyBucket (MaxDelay > 0) every
+// call reserves its own slot in one store call and waits for it, which is
+// fairer and cheaper under contention.
+func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidCost, n)
+	}
+	for {
+		res, err := l.decide(ctx, key, limit, n)
+		if err != nil {
+			return err
+		}
+		wait := res.RetryAfter
+		if res.Allowed {
+			wait = res.Delay
+		}
+		if wait <= 0 {
+			return nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			if res.Allowed {
+				// The slot is already spent; say how late it is.
+				return fmt.Errorf("%w: admitted with a delay of %v", ErrWaitExceedsDeadline, wait)
+			}
+			return fmt.Errorf("%w: retry in %v", ErrWaitExceedsDeadline, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		if res.Allowed {
+			return nil
+		}
+	}
+}
+
+// Reset forgets what key has spent under limit.
+func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	return l.store.Reset(ctx, key, limit)
+}

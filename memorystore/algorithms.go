@@ -1,0 +1,293 @@
+package memorystore
+
+import (
+	"math"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/exact"
+)
+
+// This file is the Go twin of redisstore/lua/*.lua: the same integer
+// arithmetic, step for step, so that a key decides identically in memory and
+// in Redis (internal/conformance proves it). Read a script's header for the
+// reasoning; the comments here note only where Go differs in form.
+//
+// Times are µs since the Unix epoch, tokens are fixed-point units (Params.Unit
+// units = one token). A decision that denies, or that spends nothing, leaves
+// the state as it was — as the scripts, which write nothing then.
+
+// state is one key's state. The fields mean what the algorithm says:
+//
+//	token bucket:           a tokens (units), b last update (µs), c units per token
+//	leaky bucket:           a level (units),  b last update (µs), c units per token
+//	GCRA:                   a theoretical arrival time (µs)
+//	fixed window:           a window index, b count
+//	sliding window counter: a window index, b current count, c previous count
+//	sliding window log:     log, the admitted times
+type state struct {
+	a, b, c int64
+	// expires is when the state is back to full (µs): from then on it
+	// decides like a fresh key, so it may be reclaimed.
+	expires int64
+	log     ring
+}
+
+// decision is what one call decides, in µs.
+type decision struct {
+	allowed                        bool
+	write                          bool // the state changed: refresh expires
+	remaining, retry, reset, delay int64
+}
+
+func decide(s *state, fresh bool, p *tollgate.Params, now, n int64) decision {
+	switch p.Algorithm {
+	case tollgate.GCRA:
+		return gcra(s, fresh, p, now, n)
+	case tollgate.FixedWindow:
+		return fixedWindow(s, fresh, p, now, n)
+	case tollgate.SlidingWindowLog:
+		return slidingWindowLog(s, p, now, n)
+	case tollgate.SlidingWindowCounter:
+		return slidingWindowCounter(s, fresh, p, now, n)
+	case tollgate.LeakyBucket:
+		return leakyBucket(s, fresh, p, now, n)
+	default:
+		return tokenBucket(s, fresh, p, now, n)
+	}
+}
+
+// rescale converts a fixed-point amount stored with a different unit (the
+// limit's rate changed) the way the scripts do: in a double, rounded down.
+func rescale(v, from, to int64) int64 {
+	return int64(math.Floor(float64(v) / float64(from) * float64(to)))
+}
+
+func tokenBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
+	capacity := p.Burst * p.Unit
+	tokens, ts := capacity, now
+	if !fresh {
+		tokens, ts = s.a, s.b
+		if s.c != p.Unit {
+			tokens = rescale(tokens, s.c, p.Unit)
+		}
+		tokens = min(tokens, capacity)
+		if now > ts {
+			if now-ts >= exact.CeilDiv(capacity-tokens, p.UnitRate) {
+				tokens = capacity
+			} else {
+				tokens += (now - ts) * p.UnitRate
+			}
+			ts = now
+		}
+	}
+	lag := ts - now // > 0 only when the clock went backwards
+	cost := n * p.Unit
+	d.allowed = tokens >= cost
+	switch {
+	case !d.allowed:
+		d.retry = lag + exact.CeilDiv(cost-tokens, p.UnitRate)
+	case n > 0:
+		tokens -= cost
+		s.a, s.b, s.c = tokens, ts, p.Unit
+		d.write = true
+	}
+	d.remaining = tokens / p.Unit
+	if tokens < capacity {
+		d.reset = lag + exact.CeilDiv(capacity-tokens, p.UnitRate)
+	}
+	return d
+}
+
+func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
+	capacity := p.Burst * p.Unit
+	queue := p.MaxDelayUS * p.UnitRate
+	level, ts := int64(0), now
+	if !fresh {
+		level, ts = s.a, s.b
+		if s.c != p.Unit {
+			level = rescale(level, s.c, p.Unit)
+		}
+		if now > ts {
+			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
+				level = 0
+			} else {
+				level -= (now - ts) * p.UnitRate
+			}
+			ts = now
+		}
+	}
+	lag := ts - now
+	cost := n * p.Unit
+	over := level + cost - capacity
+	switch {
+	case over <= 0:
+		d.allowed = true
+	case queue > 0 && over <= queue:
+		d.allowed = true
+		d.delay = lag + exact.CeilDiv(over, p.UnitRate)
+	default:
+		d.retry = lag + exact.CeilDiv(over-queue, p.UnitRate)
+	}
+	if d.allowed && n > 0 {
+		level += cost
+		s.a, s.b, s.c = level, ts, p.Unit
+		d.write = true
+	}
+	d.remaining = max(capacity-level, 0) / p.Unit
+	if level > 0 {
+		d.reset = lag + exact.CeilDiv(level, p.UnitRate)
+	}
+	return d
+}
+
+func gcra(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
+	interval := p.IntervalUS
+	tolerance := p.Burst * interval
+	tat := now
+	if !fresh && s.a > now {
+		tat = s.a
+	}
+	next := tat + n*interval
+	d.allowed = next-now <= tolerance
+	switch {
+	case !d.allowed:
+		d.retry = next - tolerance - now
+	case n > 0:
+		tat = next
+		s.a = tat
+		d.write = true
+	}
+	d.remaining = max(tolerance-(tat-now), 0) / interval
+	d.reset = tat - now
+	return d
+}
+
+func fixedWindow(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
+	window := now / p.PeriodUS
+	count := int64(0)
+	if !fresh && s.a >= window { // s.a > window: the clock went back; stay
+		window, count = s.a, s.b
+	}
+	end := (window + 1) * p.PeriodUS
+	d.allowed = count+n <= p.Rate
+	switch {
+	case !d.allowed:
+		d.retry = end - now
+	case n > 0:
+		count += n
+		s.a, s.b = window, count
+		d.write = true
+	}
+	d.remaining = max(p.Rate-count, 0)
+	if count > 0 {
+		d.reset = end - now
+	}
+	return d
+}
+
+func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
+	period := p.PeriodUS
+	window := now / period
+	cur, prev := int64(0), int64(0)
+	if !fresh {
+		switch {
+		case s.a >= window:
+			window, cur, prev = s.a, s.b, s.c
+		case s.a == window-1:
+			prev = s.b
+		}
+	}
+	start := window * period
+	grain := exact.SlidingGrain(period)
+	steps := period / grain
+	step := (max(now, start) - start) / grain
+	weighted := prev * (steps - step)
+	d.allowed = weighted+(cur+n)*steps <= p.Rate*steps
+	switch {
+	case !d.allowed:
+		var at int64 // the first instant the same request fits
+		if cur+n <= p.Rate {
+			// Later in this window, once the previous one weighs little enough.
+			if k := steps - (p.Rate-cur-n)*steps/prev; k < steps {
+				at = start + k*grain
+			}
+		}
+		if at == 0 {
+			// In the next window, where this window's count fades instead.
+			k := int64(0)
+			if cur > 0 {
+				k = steps - (p.Rate-n)*steps/cur
+			}
+			at = start + period + k*grain
+		}
+		d.retry = at - now
+	case n > 0:
+		cur += n
+		s.a, s.b, s.c = window, cur, prev
+		d.write = true
+	}
+	d.remaining = max(p.Rate*steps-weighted-cur*steps, 0) / steps
+	switch {
+	case cur > 0:
+		d.reset = start + 2*period - now
+	case prev > 0:
+		d.reset = start + period - now
+	}
+	return d
+}
+
+func slidingWindowLog(s *state, p *tollgate.Params, now, n int64) (d decision) {
+	log := &s.log
+	at := now
+	if log.len() > 0 && log.newest() > now {
+		at = log.newest()
+	}
+	for log.len() > 0 && log.at(0) <= at-p.PeriodUS {
+		log.pop()
+	}
+	count := int64(log.len())
+	d.allowed = count+n <= p.Rate
+	switch {
+	case !d.allowed:
+		// The oldest count+n-Rate entries must leave the window first.
+		d.retry = log.at(int(count+n-p.Rate-1)) + p.PeriodUS - now
+	case n > 0:
+		log.push(at, int(n), int(p.Rate))
+		d.write = true
+	}
+	d.remaining = max(p.Rate-int64(log.len()), 0)
+	if log.len() > 0 {
+		d.reset = log.newest() + p.PeriodUS - now
+	}
+	return d
+}
+
+// ring is a FIFO of admitted times, oldest first. It grows by doubling up to
+// the limit's rate and is reused after that: a key that keeps its limit
+// allocates nothing per decision.
+type ring struct {
+	buf  []int64
+	head int
+	n    int
+}
+
+func (r *ring) len() int       { return r.n }
+func (r *ring) at(i int) int64 { return r.buf[(r.head+i)%len(r.buf)] }
+func (r *ring) newest() int64  { return r.at(r.n - 1) }
+func (r *ring) pop()           { r.head = (r.head + 1) % len(r.buf); r.n-- }
+func (r *ring) bytes() int     { return 8 * cap(r.buf) }
+func (r *ring) push(t int64, k, limit int) {
+	if r.n+k > len(r.buf) {
+		size := max(2*len(r.buf), r.n+k, 4)
+		size = min(size, max(limit, r.n+k))
+		buf := make([]int64, size)
+		for i := 0; i < r.n; i++ {
+			buf[i] = r.at(i)
+		}
+		r.buf, r.head = buf, 0
+	}
+	for i := 0; i < k; i++ {
+		r.buf[(r.head+r.n)%len(r.buf)] = t
+		r.n++
+	}
+}

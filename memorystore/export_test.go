@@ -1,0 +1,16 @@
+package memorystore
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// TTL reports how long key's state is kept, measured on the store's clock.
+func (s *Store) TTL(key string, limit tollgate.Limit) (time.Duration, bool) {
+	exp, ok := s.expiry(key, limit)
+	if !ok {
+		return 0, false
+	}
+	return exp.Sub(s.now()), true
+}

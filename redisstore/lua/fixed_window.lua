@@ -1,0 +1,55 @@
+-- fixed_window.lua: one atomic fixed-window decision.
+--
+-- KEYS[1]  the window, a hash: w = window index (now / period), c = count
+-- ARGV[1]  limit: requests per window
+-- ARGV[2]  period in µs
+-- ARGV[3]  n: the cost (0 = report without spending)
+-- ARGV[4]  now in µs, or '' for the Redis server's TIME
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+--
+-- Why it is written this way:
+--   * The classic INCR + EXPIRE in two calls leaves a key without a TTL
+--     when the client dies between them; here the count and its TTL are
+--     written in one script.
+--   * Windows are aligned to the Unix epoch, so every replica agrees where
+--     a window starts (a per-day window resets at midnight UTC).
+--   * The window index is stored beside the count rather than put in the
+--     key's name: a clock that went backwards into an earlier window finds
+--     a newer index and stays in that window instead of starting a fresh,
+--     empty one — it is never rewarded.
+--   * A denied request writes nothing; the TTL runs to the window's end.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local now = clock(ARGV[4])
+
+local window, count = fdiv(now, period), 0
+local st = redis.call('HMGET', key, 'w', 'c')
+if st[1] then
+  local w, c = tonumber(st[1]), tonumber(st[2])
+  if not (w and c) then
+    return corrupt(key)
+  end
+  if w >= window then
+    window, count = w, c
+  end
+end
+
+local finish = (window + 1) * period
+local allowed, retry, reset = 0, 0, 0
+if count + n <= limit then
+  allowed = 1
+  if n > 0 then
+    count = count + n
+    redis.call('HSET', key, 'w', int(window), 'c', int(count))
+    expire(key, finish - now)
+  end
+else
+  retry = finish - now
+end
+if count > 0 then
+  reset = finish - now
+end
+-- A lowered limit can leave count above it: nothing remains, not less.
+return {allowed, math.max(limit - count, 0), retry, reset, 0}

@@ -1,0 +1,73 @@
+-- leaky_bucket.lua: one atomic leaky-bucket decision, policing or shaping.
+--
+-- KEYS[1]  the bucket, a hash: l = level (fixed-point units),
+--          ts = time of the last update (µs), u = units per request
+-- ARGV[1]  unit rate: units that leak per µs  (rate / gcd(rate, period µs))
+-- ARGV[2]  unit: units per request            (period µs / the same gcd)
+-- ARGV[3]  burst: the capacity, in requests
+-- ARGV[4]  n: the cost (0 = report without spending)
+-- ARGV[5]  now in µs, or '' for the Redis server's TIME
+-- ARGV[6]  max delay in µs (0 = policing)
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, delay µs}
+--
+-- Why it is written this way:
+--   * The bucket fills with what is admitted and leaks at the rate. As a
+--     policer (max delay 0) a request that would overflow is rejected: the
+--     mirror image of token_bucket.lua, and it decides identically.
+--   * As a shaper, a request that would overflow by x units is admitted
+--     with a delay of x / unit-rate µs — the moment the bucket has leaked
+--     enough for it — as long as that is within the max delay. The level
+--     then stands above the capacity by what is queued, so the next request
+--     is delayed behind it: admitted requests leave spaced at the rate.
+--   * Fixed-point units, exact leak, backwards clocks, no write on denial
+--     and the TTL (until the bucket is empty) as in token_bucket.lua.
+local key = KEYS[1]
+local rate = tonumber(ARGV[1])
+local unit = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3]) * unit
+local n = tonumber(ARGV[4])
+local now = clock(ARGV[5])
+local queue = tonumber(ARGV[6]) * rate
+
+local level, ts = 0, now
+local st = redis.call('HMGET', key, 'l', 'ts', 'u')
+if st[1] then
+  level, ts = tonumber(st[1]), tonumber(st[2])
+  local u = tonumber(st[3])
+  if not (level and ts and u) then
+    return corrupt(key)
+  end
+  if u ~= unit then
+    level = math.floor(level / u * unit)
+  end
+  if now > ts then
+    if now - ts >= cdiv(level, rate) then
+      level = 0
+    else
+      level = level - (now - ts) * rate
+    end
+    ts = now
+  end
+end
+
+local lag = ts - now
+local cost = n * unit
+local over = level + cost - capacity
+local allowed, retry, reset, delay = 0, 0, 0, 0
+if over <= 0 then
+  allowed = 1
+elseif queue > 0 and over <= queue then
+  allowed = 1
+  delay = lag + cdiv(over, rate)
+else
+  retry = lag + cdiv(over - queue, rate)
+end
+if allowed == 1 and n > 0 then
+  level = level + cost
+  redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', int(unit))
+  expire(key, lag + cdiv(level, rate))
+end
+if level > 0 then
+  reset = lag + cdiv(level, rate)
+end
+return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}

@@ -1,0 +1,82 @@
+-- sliding_window_counter.lua: one atomic sliding-window-counter decision.
+--
+-- KEYS[1]  a hash: w = current window index, c = its count,
+--          p = the previous window's count
+-- ARGV[1]  limit: requests per period
+-- ARGV[2]  period in µs
+-- ARGV[3]  grain in µs: the step at which the previous window is weighed
+-- ARGV[4]  n: the cost (0 = report without spending)
+-- ARGV[5]  now in µs, or '' for the Redis server's TIME
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+--
+-- Why it is written this way:
+--   * The estimate of the sliding window is the current count plus the
+--     previous window's count weighed by the share of it the sliding window
+--     still covers: prev * (steps - step) / steps. Compared after
+--     multiplying by steps, so the check is exact in integers:
+--     prev * (steps - step) + (cur + n) * steps <= limit * steps.
+--     Go checked that limit * steps stays below 2^51.
+--   * Both counts live in one hash with the window index: one key, and a
+--     clock that went backwards stays in the newer window (never rewarded).
+--   * retry-after is computed, not guessed: the first instant at which the
+--     previous window weighs little enough, or, if the current window
+--     alone is too full, the instant in the next window at which this
+--     window's count has faded enough.
+--   * A denied request writes nothing; the TTL runs to the end of the next
+--     window, when this window's count stops weighing.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local grain = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local now = clock(ARGV[5])
+
+local window, cur, prev = fdiv(now, period), 0, 0
+local st = redis.call('HMGET', key, 'w', 'c', 'p')
+if st[1] then
+  local w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+  if not (w and c and p) then
+    return corrupt(key)
+  end
+  if w >= window then
+    window, cur, prev = w, c, p
+  elseif w == window - 1 then
+    prev = c
+  end
+end
+
+local start = window * period
+local steps = period / grain
+local step = fdiv(math.max(now, start) - start, grain)
+local weighted = prev * (steps - step)
+local allowed, retry, reset = 0, 0, 0
+if weighted + (cur + n) * steps <= limit * steps then
+  allowed = 1
+  if n > 0 then
+    cur = cur + n
+    redis.call('HSET', key, 'w', int(window), 'c', int(cur), 'p', int(prev))
+    expire(key, start + 2 * period - now)
+  end
+else
+  local at = 0
+  if cur + n <= limit then
+    local k = steps - fdiv((limit - cur - n) * steps, prev)
+    if k < steps then
+      at = start + k * grain
+    end
+  end
+  if at == 0 then
+    local k = 0
+    if cur > 0 then
+      k = steps - fdiv((limit - n) * steps, cur)
+    end
+    at = start + period + k * grain
+  end
+  retry = at - now
+end
+if cur > 0 then
+  reset = start + 2 * period - now
+elseif prev > 0 then
+  reset = start + period - now
+end
+return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0}

@@ -1,0 +1,77 @@
+-- sliding_window_log.lua: one atomic sliding-window-log decision.
+--
+-- KEYS[1]  a sorted set of admitted requests: score = time (µs),
+--          member = '<time>:<sequence>'
+-- ARGV[1]  limit: requests per period
+-- ARGV[2]  period in µs
+-- ARGV[3]  n: the cost (0 = report without spending); a request of cost n
+--          is n entries
+-- ARGV[4]  now in µs, or '' for the Redis server's TIME
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+--
+-- Why it is written this way:
+--   * Exact: a request is admitted only if the entries in (now - period,
+--     now] plus its cost stay within the limit.
+--   * Members must be unique or ZADD silently merges two requests made in
+--     the same µs. The sequence after the time continues from the newest
+--     entry when it has the same time, so no random numbers and no second
+--     key are needed.
+--   * A denied request adds nothing, so a key holds at most limit entries,
+--     however hard it is hammered.
+--   * A clock that went backwards is never rewarded: time for this key is
+--     the newest entry's time until the clock passes it.
+--   * retry-after is exact: the time at which the oldest entries that stand
+--     in the way leave the window. The TTL is the newest entry's time plus
+--     the period, when the whole log has expired.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local now = clock(ARGV[4])
+
+local at, seq, newest = now, 0, nil
+local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if last[2] then
+  newest = tonumber(last[2])
+  if not newest then
+    return corrupt(key)
+  end
+  if newest >= now then
+    at = newest
+    seq = tonumber(string.match(last[1], ':(%d+)$') or '')
+    if not seq then
+      return corrupt(key)
+    end
+    seq = seq + 1
+  end
+end
+
+redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
+local count = redis.call('ZCARD', key)
+local allowed, retry, reset = 0, 0, 0
+if count + n <= limit then
+  allowed = 1
+  if n > 0 then
+    local stamp = int(at)
+    local args = {}
+    for i = 0, n - 1 do
+      args[#args + 1] = stamp
+      args[#args + 1] = stamp .. ':' .. int(seq + i)
+      if #args == 1000 or i == n - 1 then
+        redis.call('ZADD', key, unpack(args))
+        args = {}
+      end
+    end
+    count = count + n
+    newest = at
+    expire(key, at + period - now)
+  end
+else
+  local e = redis.call('ZRANGE', key, count + n - limit - 1, count + n - limit - 1, 'WITHSCORES')
+  retry = tonumber(e[2]) + period - now
+end
+if count > 0 then
+  reset = newest + period - now
+end
+-- A lowered limit can leave more entries than it: nothing remains, not less.
+return {allowed, math.max(limit - count, 0), retry, reset, 0}

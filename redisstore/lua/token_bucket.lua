@@ -1,0 +1,73 @@
+-- token_bucket.lua: one atomic token-bucket decision.
+--
+-- KEYS[1]  the bucket, a hash: t = tokens (fixed-point units),
+--          ts = time of the last update (µs), u = units per token
+-- ARGV[1]  unit rate: units added per µs     (rate / gcd(rate, period µs))
+-- ARGV[2]  unit: units per token             (period µs / the same gcd)
+-- ARGV[3]  burst: the capacity, in tokens
+-- ARGV[4]  n: the cost in tokens (0 = report without spending)
+-- ARGV[5]  now in µs, or '' for the Redis server's TIME
+-- Reply    {allowed 0|1, remaining tokens, retry-after µs, reset-after µs, 0}
+--
+-- Why it is written this way:
+--   * Tokens are counted in units of 1/unit token, so refill is exactly
+--     unit-rate units per µs: no fractions, nothing lost between calls, and
+--     a per-second limit counts in micro-tokens. Go reduced rate and period
+--     by their gcd and checked that burst * unit < 2^53.
+--   * One hash, one key: read, refill, decide and write in one call; the
+--     hash tag around the caller's key is in KEYS[1] already.
+--   * A clock that went backwards is never rewarded: time for this key
+--     stands still (no refill) until the clock passes ts again; durations
+--     in the reply include that lag, so they are true in the caller's time.
+--   * u is stored so a changed rate rescales the tokens instead of
+--     misreading them.
+--   * A denied request, or n = 0, writes nothing: the stored state still
+--     describes the bucket exactly, and its TTL still holds.
+--   * The TTL is the time until the bucket is full again: an idle key
+--     disappears exactly when forgetting it changes nothing.
+local key = KEYS[1]
+local rate = tonumber(ARGV[1])
+local unit = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3]) * unit
+local n = tonumber(ARGV[4])
+local now = clock(ARGV[5])
+
+local tokens, ts = capacity, now
+local st = redis.call('HMGET', key, 't', 'ts', 'u')
+if st[1] then
+  tokens, ts = tonumber(st[1]), tonumber(st[2])
+  local u = tonumber(st[3])
+  if not (tokens and ts and u) then
+    return corrupt(key)
+  end
+  if u ~= unit then
+    tokens = math.floor(tokens / u * unit)
+  end
+  tokens = math.min(tokens, capacity)
+  if now > ts then
+    if now - ts >= cdiv(capacity - tokens, rate) then
+      tokens = capacity
+    else
+      tokens = tokens + (now - ts) * rate
+    end
+    ts = now
+  end
+end
+
+local lag = ts - now
+local cost = n * unit
+local allowed, retry, reset = 0, 0, 0
+if tokens >= cost then
+  allowed = 1
+  if n > 0 then
+    tokens = tokens - cost
+    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', int(unit))
+    expire(key, lag + cdiv(capacity - tokens, rate))
+  end
+else
+  retry = lag + cdiv(cost - tokens, rate)
+end
+if tokens < capacity then
+  reset = lag + cdiv(capacity - tokens, rate)
+end
+return {allowed, fdiv(tokens, unit), retry, reset, 0}

@@ -1,0 +1,218 @@
+// Package redisstore keeps rate-limit state in Redis, so that every replica
+// of a service shares one limit.
+//
+// Each decision is one Lua script call (EVALSHA, falling back to EVAL when
+// the server has not seen the script), so it reads, refills, decides and
+// writes atomically in one round trip: two replicas can never both spend the
+// last token. The scripts live in lua/, one file per algorithm, each with a
+// header explaining its keys, arguments, reply and choices; the same
+// algorithms run in memorystore with identical results.
+//
+// Time comes from the Redis server (TIME) unless WithClock says otherwise,
+// so application clocks do not matter. Every key gets a TTL in the same
+// script that writes it and disappears once its state is back to full. A
+// key's state lives in one Redis key named
+//
+//	<prefix>{<key>}:<algorithm>:<period in µs>
+//
+// whose hash tag keeps everything about one caller's key in one Redis
+// Cluster slot. Any redis.UniversalClient works: a standalone client,
+// Sentinel (failover) or Cluster.
+package redisstore
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/exact"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// short names used in Redis keys, by algorithm.
+var (
+	keyNames = [...]string{
+		tollgate.TokenBucket:          "tb",
+		tollgate.GCRA:                 "gcra",
+		tollgate.FixedWindow:          "fw",
+		tollgate.SlidingWindowLog:     "swl",
+		tollgate.SlidingWindowCounter: "swc",
+		tollgate.LeakyBucket:          "lb",
+	}
+	sources [len(keyNames)]string
+	scripts [len(keyNames)]*redis.Script
+)
+
+func init() {
+	lib, err := luaFiles.ReadFile("lua/lib.lua")
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	for _, a := range tollgate.Algorithms() {
+		body, err := luaFiles.ReadFile("lua/" + a.String() + ".lua")
+		if err != nil {
+			panic(err)
+		}
+		sources[a] = string(lib) + "\n" + string(body)
+		scripts[a] = redis.NewScript(sources[a])
+	}
+}
+
+// Source returns the Lua source the store runs for algorithm a: lua/lib.lua
+// followed by lua/<algorithm>.lua.
+func Source(a tollgate.Algorithm) string {
+	if int(a) >= len(sources) {
+		return ""
+	}
+	return sources[a]
+}
+
+// Store is a tollgate.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	prefix string
+	now    func() time.Time
+}
+
+var _ tollgate.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every key the store writes (default
+// "tollgate:"): give two applications sharing a Redis different prefixes.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) { s.prefix = prefix }
+}
+
+// WithClock makes the scripts use now instead of the Redis server's clock.
+// It is for tests and simulations at fixed instants; in production the
+// server's clock is what keeps replicas with skewed clocks in agreement.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// New returns a Store on client: a *redis.Client, a Sentinel failover
+// client, or a *redis.ClusterClient.
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{client: client, prefix: "tollgate:"}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Key returns the Redis key that holds key's state under limit.
+func (s *Store) Key(key string, limit tollgate.Limit) string {
+	b := make([]byte, 0, len(s.prefix)+len(key)+24)
+	b = append(b, s.prefix...)
+	b = append(b, '{')
+	b = append(b, key...)
+	b = append(b, "}:"...)
+	if int(limit.Algorithm) < len(keyNames) {
+		b = append(b, keyNames[limit.Algorithm]...)
+	}
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(limit.Period/time.Microsecond), 10)
+	return string(b)
+}
+
+// AllowN implements tollgate.Store. Invalid input is rejected before
+// anything is sent to Redis.
+func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
+	res := tollgate.Result{Limit: limit}
+	p, err := tollgate.CheckRequest(key, limit, n)
+	if err != nil {
+		return res, fmt.Errorf("redisstore: %w", err)
+	}
+	now := ""
+	if s.now != nil {
+		t := s.now().UnixMicro()
+		if t < 0 || t > exact.MaxNow {
+			return res, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
+		}
+		now = strconv.FormatInt(t, 10)
+	}
+	var args []any
+	switch p.Algorithm {
+	case tollgate.TokenBucket:
+		args = []any{p.UnitRate, p.Unit, p.Burst, n, now}
+	case tollgate.LeakyBucket:
+		args = []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
+	case tollgate.GCRA:
+		args = []any{p.IntervalUS, p.Burst, n, now}
+	case tollgate.SlidingWindowCounter:
+		args = []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
+	default: // FixedWindow, SlidingWindowLog
+		args = []any{p.Rate, p.PeriodUS, n, now}
+	}
+	rkey := s.Key(key, limit)
+	reply, err := scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+	if err != nil {
+		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
+	}
+	v, err := parseReply(reply)
+	if err != nil {
+		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
+	}
+	res.Allowed = v[0] == 1
+	res.Remaining = int(v[1])
+	res.RetryAfter = time.Duration(v[2]) * time.Microsecond
+	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
+	res.Delay = time.Duration(v[4]) * time.Microsecond
+	return res, nil
+}
+
+// parseReply checks a script's reply: five integers, allowed being 0 or 1
+// and none negative. Anything else is an error, never a panic.
+func parseReply(reply any) ([5]int64, error) {
+	var v [5]int64
+	arr, ok := reply.([]any)
+	if !ok {
+		return v, fmt.Errorf("unexpected reply %T, want an array of 5 integers", reply)
+	}
+	if len(arr) != len(v) {
+		return v, fmt.Errorf("unexpected reply of %d elements, want 5 integers", len(arr))
+	}
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return v, fmt.Errorf("unexpected reply: element %d is %T, want an integer", i, x)
+		}
+		if n < 0 || (i == 0 && n > 1) {
+			return v, fmt.Errorf("unexpected reply: element %d is %d", i, n)
+		}
+		v[i] = n
+	}
+	return v, nil
+}
+
+// Reset implements tollgate.Store: it deletes key's state under limit.
+func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) error {
+	if _, err := tollgate.CheckRequest(key, limit, 0); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	if err := s.client.Del(ctx, s.Key(key, limit)).Err(); err != nil {
+		return fmt.Errorf("redisstore: reset %s: %w", s.Key(key, limit), err)
+	}
+	return nil
+}
+
+// Load loads every script into the server's script cache (on a Cluster, into
+// every master's), so the first decisions need no EVAL fallback. Calling it
+// is optional: a script the server lacks is sent once, then cached.
+func (s *Store) Load(ctx context.Context) error {
+	for _, a := range tollgate.Algorithms() {
+		if err := scripts[a].Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("redisstore: load %s script: %w", a, err)
+		}
+	}
+	return nil
+}
