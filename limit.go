@@ -146,9 +146,9 @@ func per(rate int, period time.Duration) Limit {
 // exact in a double, the only number Redis's Lua has: Period and MaxDelay are
 // whole microseconds of at most 2^46 µs (about 814 days), and the counters a
 // limit needs stay below 2^53. In practice this rejects only extreme limits,
-// such as a token bucket of 999,999 per day with a burst of a million; round
-// rates (1,000,000 per day) are fine, because the rate and the period are
-// reduced by their common divisor first.
+// such as a token bucket of 1,000,003 (a prime) per day with a burst of a
+// million; 1,000,000 or 999,999 per day are fine, because the rate and the
+// period are reduced by their common divisor first.
 func (l Limit) Validate() error {
 	_, err := l.params()
 	return err

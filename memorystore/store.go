@@ -52,9 +52,13 @@ type skey struct {
 type shard struct {
 	mu        sync.Mutex
 	m         map[skey]*state
+	free      []*state // reclaimed states, reused by new keys
 	evictions atomic.Uint64
-	_         [40]byte // keep neighbouring shards' locks off one cache line
+	_         [16]byte // keep neighbouring shards' locks off one cache line
 }
+
+// maxFree bounds each shard's list of reclaimed states.
+const maxFree = 16
 
 // Option configures a Store.
 type Option func(*config)
@@ -131,7 +135,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		var fresh state // looking at a fresh key stores nothing
 		d = decide(&fresh, true, &p, now, 0)
 	default:
-		st = new(state)
+		st = sh.newState()
 		d = decide(st, true, &p, now, int64(n))
 		if d.write {
 			s.insert(sh, sk, st, now)
@@ -166,6 +170,7 @@ func (s *Store) insert(sh *shard, k skey, st *state, now int64) {
 	for sk, v := range sh.m {
 		if v.expires <= now {
 			delete(sh.m, sk)
+			sh.recycle(v)
 		} else if earliest < 0 || v.expires < earliest {
 			victim, earliest = sk, v.expires
 		}
@@ -174,10 +179,32 @@ func (s *Store) insert(sh *shard, k skey, st *state, now int64) {
 		}
 	}
 	if len(sh.m) >= s.perShard && earliest >= 0 {
+		sh.recycle(sh.m[victim])
 		delete(sh.m, victim)
 		sh.evictions.Add(1)
 	}
 	sh.m[k] = st
+}
+
+// newState returns a zero state, reusing a reclaimed one when it can: keys
+// that come and go (a client's state expires, it returns) then allocate
+// nothing either.
+func (sh *shard) newState() *state {
+	if n := len(sh.free); n > 0 {
+		st := sh.free[n-1]
+		sh.free = sh.free[:n-1]
+		return st
+	}
+	return new(state)
+}
+
+// recycle keeps a reclaimed state for reuse, zeroed but with its log's
+// buffer.
+func (sh *shard) recycle(st *state) {
+	if len(sh.free) < maxFree {
+		*st = state{log: ring{buf: st.log.buf}}
+		sh.free = append(sh.free, st)
+	}
 }
 
 // Reset implements tollgate.Store.

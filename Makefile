@@ -1,0 +1,24 @@
+# tollgate — see README.md.
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: all test check deps build run bench
+
+all: check test
+
+# deps makes sure the programs the tests start are installed: the tests run
+# real redis-server processes (and nginx) on loopback, never fakes.
+deps:
+	@./scripts/deps.sh
+
+# test is what CI runs (.ci/run): every package, with the race detector.
+test: deps
+	$(GO) test -race -shuffle=on -count=1 ./...
+
+check:
+	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -s would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+build:
+	$(GO) build -o bin/tollgate ./cmd/tollgate

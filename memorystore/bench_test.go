@@ -1,0 +1,75 @@
+package memorystore_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+func benchLimits() []tollgate.Limit {
+	var out []tollgate.Limit
+	for _, a := range tollgate.Algorithms() {
+		l := tollgate.Limit{Algorithm: a, Rate: 100, Period: time.Second, Burst: 100}
+		out = append(out, l)
+	}
+	return out
+}
+
+// BenchmarkAllow: decisions on 100,000 existing keys from all CPUs.
+//
+//	go test -run '^$' -bench . -benchmem ./memorystore/
+func BenchmarkAllow(b *testing.B) {
+	const nkeys = 100_000
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	for _, limit := range benchLimits() {
+		b.Run(limit.Algorithm.String(), func(b *testing.B) {
+			s := memorystore.New()
+			for _, k := range keys {
+				if _, err := s.AllowN(ctx, k, limit, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(7919) // each goroutine starts somewhere else
+				for pb.Next() {
+					i += 7919 // a prime stride walks all keys
+					if _, err := s.AllowN(ctx, keys[i%nkeys], limit, 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestZeroAllocs: a decision on a key that exists allocates nothing.
+func TestZeroAllocs(t *testing.T) {
+	ctx := context.Background()
+	s := memorystore.New()
+	for _, limit := range benchLimits() {
+		if _, err := s.AllowN(ctx, "k", limit, 1); err != nil {
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			if _, err := s.AllowN(ctx, "k", limit, 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per decision, want 0", limit.Algorithm, allocs)
+		}
+	}
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# deps.sh: install the programs tollgate's tests start (redis-server, nginx)
+# when they are missing. As root it installs them with apt-get; otherwise it
+# says what to install and fails.
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "tollgate's tests start real servers and need: ${need[*]}" >&2
+  echo "install them, e.g. 'sudo apt-get install -y ${need[*]}' (Debian/Ubuntu) or 'brew install redis nginx' (macOS)" >&2
+  exit 1
+fi
+echo "installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y --no-install-recommends "${need[@]}" >/dev/null ||
+  { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
+# The Debian package starts a service on the default port where systemd
+# runs; tests start their own servers and do not need it.
