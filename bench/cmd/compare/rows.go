@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	sethmem "github.com/sethvargo/go-limiter/memorystore"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
+	uber "go.uber.org/ratelimit"
+	xrate "golang.org/x/time/rate"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
+	"github.com/tollgate/tollgate/tiered"
+)
+
+// row is one line of a table: how to build its decider, and what it is.
+type row struct {
+	name string
+	// peer names the library for ratio columns; "" for tollgate's rows.
+	peer string
+	// build returns the decider; it may use rdb (Redis rows).
+	build func(rdb *redis.Client) (op, error)
+	note  string
+}
+
+// The limit every Redis row decides under: far above what 10,000 keys see
+// at these rates, so every decision is admitted and writes (the usual
+// path). The "abusive" rows use abusive instead: 6 per minute with a burst
+// of 1, about 1% of what each key is sent, so 99% of decisions are denials.
+var (
+	perSecond = 1000
+	abusive   = tollgate.Limit{Rate: 6, Period: time.Minute, Burst: 1}
+)
+
+func tollgateLimit(a tollgate.Algorithm) tollgate.Limit {
+	return tollgate.Limit{Algorithm: a, Rate: perSecond, Period: time.Second, Burst: perSecond}
+}
+
+func storeOp(s tollgate.Store, limit tollgate.Limit) op {
+	return func(ctx context.Context, key string) error {
+		_, err := s.AllowN(ctx, key, limit, 1)
+		return err
+	}
+}
+
+func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
+	var rows []row
+	plain := func(rdb *redis.Client) (*redisstore.Store, error) {
+		s := redisstore.New(rdb)
+		return s, s.Load(context.Background())
+	}
+	piped := func(rdb *redis.Client) (*redisstore.Store, error) {
+		s := redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch))
+		return s, s.Load(context.Background())
+	}
+	for _, a := range tollgate.Algorithms() {
+		rows = append(rows, row{name: "tollgate redisstore " + a.String(), build: func(rdb *redis.Client) (op, error) {
+			s, err := plain(rdb)
+			return storeOp(s, tollgateLimit(a)), err
+		}})
+	}
+	for _, a := range tollgate.Algorithms() {
+		rows = append(rows, row{name: "tollgate redisstore " + a.String() + ", pipelined", build: func(rdb *redis.Client) (op, error) {
+			s, err := piped(rdb)
+			return storeOp(s, tollgateLimit(a)), err
+		}, note: fmt.Sprintf("WithPipeline(%v, %d)", pipeWindow, pipeBatch)})
+	}
+	rows = append(rows,
+		row{name: "tollgate tiered over redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
+			s, err := plain(rdb)
+			return storeOp(tiered.New(s, tiered.WithTimeout(0)), tollgateLimit(tollgate.TokenBucket)), err
+		}, note: "admitted path: the local tier adds its bookkeeping"},
+		row{name: "tollgate tiered over pipelined redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
+			s, err := piped(rdb)
+			return storeOp(tiered.New(s, tiered.WithTimeout(0)), tollgateLimit(tollgate.TokenBucket)), err
+		}},
+		row{name: "go-redis/redis_rate v10 (GCRA)", peer: "redis_rate", build: func(rdb *redis.Client) (op, error) {
+			l := redis_rate.NewLimiter(rdb)
+			limit := redis_rate.PerSecond(perSecond)
+			return func(ctx context.Context, key string) error {
+				_, err := l.Allow(ctx, key, limit)
+				return err
+			}, nil
+		}},
+		row{name: "ulule/limiter v3 redis store (fixed window)", peer: "ulule", build: func(rdb *redis.Client) (op, error) {
+			store, err := ululeredis.NewStoreWithOptions(rdb, ulule.StoreOptions{Prefix: "ulule", MaxRetry: 3})
+			if err != nil {
+				return nil, err
+			}
+			l := ulule.New(store, ulule.Rate{Period: time.Second, Limit: int64(perSecond)})
+			return func(ctx context.Context, key string) error {
+				_, err := l.Get(ctx, key)
+				return err
+			}, nil
+		}},
+		// 99% denied: where the tiered store's denial cache pays.
+		row{name: "abusive (99% denied): tollgate redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
+			s, err := plain(rdb)
+			return storeOp(s, abusive), err
+		}},
+		row{name: "abusive (99% denied): tollgate tiered over redisstore", build: func(rdb *redis.Client) (op, error) {
+			s, err := plain(rdb)
+			return storeOp(tiered.New(s, tiered.WithTimeout(0)), abusive), err
+		}, note: "denials answered locally"},
+		row{name: "abusive (99% denied): go-redis/redis_rate v10", peer: "redis_rate (abusive)", build: func(rdb *redis.Client) (op, error) {
+			l := redis_rate.NewLimiter(rdb)
+			limit := redis_rate.Limit{Rate: 6, Period: time.Minute, Burst: 1}
+			return func(ctx context.Context, key string) error {
+				_, err := l.Allow(ctx, key, limit)
+				return err
+			}, nil
+		}},
+	)
+	return rows
+}
+
+// The in-memory rows: every limiter admits everything here (a million per
+// second per key), so what is measured is each one's bookkeeping.
+const memRate = 1_000_000
+
+func memoryRows() []row {
+	return []row{
+		{name: "tollgate memorystore token_bucket", build: func(*redis.Client) (op, error) {
+			return storeOp(memorystore.New(), tollgate.PerSecond(memRate)), nil
+		}},
+		{name: "tollgate memorystore gcra", build: func(*redis.Client) (op, error) {
+			return storeOp(memorystore.New(), tollgate.Limit{Algorithm: tollgate.GCRA, Rate: memRate, Period: time.Second, Burst: memRate}), nil
+		}},
+		{name: "tollgate memorystore sliding_window_counter", build: func(*redis.Client) (op, error) {
+			return storeOp(memorystore.New(), tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: memRate, Period: time.Second}), nil
+		}},
+		{name: "sethvargo/go-limiter memorystore", peer: "sethvargo", build: func(*redis.Client) (op, error) {
+			s, err := sethmem.New(&sethmem.Config{Tokens: memRate, Interval: time.Second})
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context, key string) error {
+				_, _, _, _, err := s.Take(ctx, key)
+				return err
+			}, nil
+		}},
+		{name: "golang.org/x/time/rate, one per key in a sync.Map", peer: "x/time/rate", build: func(*redis.Client) (op, error) {
+			var m sync.Map
+			return func(_ context.Context, key string) error {
+				l, ok := m.Load(key)
+				if !ok {
+					l, _ = m.LoadOrStore(key, xrate.NewLimiter(memRate, memRate))
+				}
+				l.(*xrate.Limiter).Allow()
+				return nil
+			}, nil
+		}},
+		{name: "go.uber.org/ratelimit, one per key in a sync.Map", peer: "uber", build: func(*redis.Client) (op, error) {
+			var m sync.Map
+			return func(_ context.Context, key string) error {
+				l, ok := m.Load(key)
+				if !ok {
+					l, _ = m.LoadOrStore(key, uber.New(memRate*1000, uber.WithoutSlack))
+				}
+				l.(uber.Limiter).Take()
+				return nil
+			}, nil
+		}, note: "blocking Take; a rate so high it never sleeps"},
+	}
+}
