@@ -53,7 +53,7 @@ func BenchmarkAllow(b *testing.B) {
 }
 
 // BenchmarkAllowPipelined is BenchmarkAllow with WithPipeline: the same 64
-// goroutines' decisions go to Redis in batches of up to 16.
+// goroutines' decisions go to Redis in batches of up to 64.
 //
 //	go test -run '^$' -bench Pipelined -benchmem ./redisstore/
 func BenchmarkAllowPipelined(b *testing.B) {
@@ -64,7 +64,7 @@ func BenchmarkAllowPipelined(b *testing.B) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr(), PoolSize: 64})
 	defer rdb.Close()
-	s := redisstore.New(rdb, redisstore.WithPipeline(50*time.Microsecond, 16))
+	s := redisstore.New(rdb, redisstore.WithPipeline(time.Millisecond, 64))
 	ctx := context.Background()
 	if err := s.Load(ctx); err != nil {
 		b.Fatal(err)

@@ -11,19 +11,25 @@ import (
 )
 
 // WithPipeline makes the store gather concurrent decisions and send them to
-// Redis together, as one pipeline, instead of one round trip each. The first
-// decision of a batch waits up to window for others to join; a batch that
-// reaches maxBatch decisions goes at once. Each decision is still its own
+// Redis together, as one pipeline, instead of one round trip each. A
+// decision made while no pipeline is in flight goes at once, alone: an idle
+// store adds no latency. Decisions made while a pipeline is in flight are
+// gathered, and the batch goes when that pipeline returns, when it reaches
+// maxBatch decisions, or when its first decision has waited window,
+// whichever comes first; so under load each round trip carries what
+// arrived during the last one, and window only bounds the wait behind a
+// slow round trip. Each decision is still its own
 // EVALSHA — its own atomic script call, with the same reply as without
 // pipelining — so pipelining changes how many round trips the decisions
 // take, never what they decide.
 //
 // Why: a Redis core spends most of an unpipelined decision reading and
 // writing the network, not running Lua; sent together, the same scripts run
-// about twice as often per second (see README, "Scale and faults"). The cost
-// is latency when the store is idle: a lone decision waits window before it
-// goes. A window of tens of microseconds and a batch of 16 to 64 suit most
-// services; measure with the benchmark in bench/.
+// about twice as often per second, and the client spends a fraction of the
+// system calls (see README, "Scale and faults"). A window of a few round
+// trips (say 1ms) and a batch of 32 to 128 suit most services; a window
+// shorter than a round trip under load sends more, smaller pipelines.
+// Measure with the benchmark in bench/.
 //
 // What stays as without it:
 //   - A decision's context still bounds it: a caller whose context ends
@@ -53,17 +59,27 @@ func WithPipeline(window time.Duration, maxBatch int) Option {
 	}
 }
 
-// pipeliner gathers decisions into batches. The batch being filled is cur;
-// it is sent when it is full (by the caller that filled it, from a new
-// goroutine) or when its timer fires (from the timer's goroutine), whichever
-// comes first: both take it out of cur under mu, so it is sent once.
+// maxInflight is how many pipelines may be in flight before decisions wait
+// to be gathered. One: Redis runs commands one at a time anyway, and what
+// arrives during a round trip goes in the next, so batches grow with the
+// load by themselves. (Measured on 2 cores: two in flight made batches
+// smaller and gained nothing.) A Cluster client's pipeline goes to every
+// node at once, so this is one per client, not one per node.
+const maxInflight = 1
+
+// pipeliner gathers decisions into batches. The batch being filled is cur.
+// It is sent by whoever takes it out of cur under mu, so it is sent once:
+// the caller that finds nothing in flight or fills it (from a new
+// goroutine), its timer (from the timer's goroutine), or the goroutine of a
+// pipeline that has just returned.
 type pipeliner struct {
 	client redis.UniversalClient
 	window time.Duration
 	max    int
 
-	mu  sync.Mutex
-	cur *batch
+	mu       sync.Mutex
+	cur      *batch
+	inflight int // pipelines sent and not yet answered
 }
 
 // batch is one pipeline's worth of decisions. Its calls are appended under
@@ -96,7 +112,6 @@ func (p *pipeliner) run(ctx context.Context, alg tollgate.Algorithm, key string,
 	if b == nil {
 		b = &batch{calls: make([]call, 0, min(p.max, 64)), done: make(chan struct{})}
 		p.cur = b
-		b.timer = time.AfterFunc(p.window, func() { p.flush(b) })
 	}
 	i := len(b.calls)
 	b.calls = append(b.calls, call{alg: alg, key: key, args: args})
@@ -105,13 +120,14 @@ func (p *pipeliner) run(ctx context.Context, alg tollgate.Algorithm, key string,
 	} else if d.After(b.deadline) {
 		b.deadline = d
 	}
-	full := len(b.calls) >= p.max
-	if full {
-		p.cur = nil
-		b.timer.Stop() // if it fired already, flush finds b gone and does nothing
+	now := p.inflight < maxInflight || len(b.calls) >= p.max
+	if now {
+		p.take(b)
+	} else if b.timer == nil {
+		b.timer = time.AfterFunc(p.window, func() { p.flush(b) })
 	}
 	p.mu.Unlock()
-	if full {
+	if now {
 		go p.send(b)
 	}
 	select {
@@ -123,6 +139,16 @@ func (p *pipeliner) run(ctx context.Context, alg tollgate.Algorithm, key string,
 	}
 }
 
+// take makes b, the batch being filled, the next to be sent; called with
+// mu held.
+func (p *pipeliner) take(b *batch) {
+	p.cur = nil
+	p.inflight++
+	if b.timer != nil {
+		b.timer.Stop() // if it fired already, flush finds b gone and does nothing
+	}
+}
+
 // flush sends b if it is still the batch being filled.
 func (p *pipeliner) flush(b *batch) {
 	p.mu.Lock()
@@ -130,15 +156,31 @@ func (p *pipeliner) flush(b *batch) {
 		p.mu.Unlock()
 		return
 	}
-	p.cur = nil
+	p.take(b)
 	p.mu.Unlock()
 	p.send(b)
 }
 
-// send runs b's decisions as one pipeline of EVALSHA, and those the server
-// answers NOSCRIPT as a second pipeline of EVAL, then wakes the callers.
+// send sends b, wakes its callers, and then sends the batch gathered in the
+// meantime, if any, and so on.
 func (p *pipeliner) send(b *batch) {
-	defer close(b.done)
+	for b != nil {
+		p.exec(b)
+		close(b.done)
+		p.mu.Lock()
+		p.inflight--
+		next := p.cur
+		if next != nil {
+			p.take(next)
+		}
+		p.mu.Unlock()
+		b = next
+	}
+}
+
+// exec runs b's decisions as one pipeline of EVALSHA, and those the server
+// answers NOSCRIPT as a second pipeline of EVAL.
+func (p *pipeliner) exec(b *batch) {
 	ctx := context.Background()
 	if !b.noDeadline {
 		var cancel context.CancelFunc
