@@ -155,7 +155,7 @@ func TestPipelineDeadline(t *testing.T) {
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	const margin = 100 * time.Millisecond
+	const margin = 200 * time.Millisecond
 	timeouts := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond}
 	var wg sync.WaitGroup
 	for i := range 20 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -121,23 +122,38 @@ func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 	return rows
 }
 
-// The in-memory rows: every limiter admits everything here (a million per
-// second per key), so what is measured is each one's bookkeeping.
+// The in-memory rows: a million per hour per key with a burst of a million
+// (x/time/rate: the same rate and burst; sethvargo: a million per hour;
+// uber: a rate so high it never sleeps). Every decision is admitted and
+// every key's state stays live (it refills about as fast as it is spent
+// here, and is far from full or empty), so what is measured is each one's
+// bookkeeping on a key it already holds — the steady state of a busy
+// service. (A limit so generous that a key is back to full between two
+// calls would make memorystore reclaim and recreate the state each time.)
 const memRate = 1_000_000
+
+var memLimit = tollgate.PerHour(memRate)
+
+// oneKey is the shape of sethvargo/go-limiter's own parallel benchmark
+// (benchmarks/sethvargo_test.go, "memory/parallel"): every goroutine takes
+// from the same key (its session table is never filled, so every call uses
+// one key) under a limit that is never reached (MaxUint64 tokens there; a
+// trillion per second here, the largest round limit tollgate counts exactly).
+var oneKey = tollgate.PerSecond(1_000_000_000_000)
 
 func memoryRows() []row {
 	return []row{
 		{name: "tollgate memorystore token_bucket", build: func(*redis.Client) (op, error) {
-			return storeOp(memorystore.New(), tollgate.PerSecond(memRate)), nil
+			return storeOp(memorystore.New(), memLimit), nil
 		}},
 		{name: "tollgate memorystore gcra", build: func(*redis.Client) (op, error) {
-			return storeOp(memorystore.New(), tollgate.Limit{Algorithm: tollgate.GCRA, Rate: memRate, Period: time.Second, Burst: memRate}), nil
+			return storeOp(memorystore.New(), tollgate.Limit{Algorithm: tollgate.GCRA, Rate: memRate, Period: time.Hour, Burst: memRate}), nil
 		}},
 		{name: "tollgate memorystore sliding_window_counter", build: func(*redis.Client) (op, error) {
-			return storeOp(memorystore.New(), tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: memRate, Period: time.Second}), nil
+			return storeOp(memorystore.New(), tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: memRate, Period: time.Hour}), nil
 		}},
 		{name: "sethvargo/go-limiter memorystore", peer: "sethvargo", build: func(*redis.Client) (op, error) {
-			s, err := sethmem.New(&sethmem.Config{Tokens: memRate, Interval: time.Second})
+			s, err := sethmem.New(&sethmem.Config{Tokens: memRate, Interval: time.Hour})
 			if err != nil {
 				return nil, err
 			}
@@ -146,12 +162,29 @@ func memoryRows() []row {
 				return err
 			}, nil
 		}},
+		{name: "one key: tollgate memorystore token_bucket", build: func(*redis.Client) (op, error) {
+			s := memorystore.New()
+			return func(ctx context.Context, _ string) error {
+				_, err := s.AllowN(ctx, "k", oneKey, 1)
+				return err
+			}, nil
+		}},
+		{name: "one key: sethvargo/go-limiter memorystore", peer: "sethvargo (one key)", build: func(*redis.Client) (op, error) {
+			s, err := sethmem.New(&sethmem.Config{Tokens: math.MaxUint64, Interval: time.Duration(math.MaxInt64), SweepInterval: time.Duration(math.MaxInt64), SweepMinTTL: time.Duration(math.MaxInt64)})
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context, _ string) error {
+				_, _, _, _, err := s.Take(ctx, "k")
+				return err
+			}, nil
+		}},
 		{name: "golang.org/x/time/rate, one per key in a sync.Map", peer: "x/time/rate", build: func(*redis.Client) (op, error) {
 			var m sync.Map
 			return func(_ context.Context, key string) error {
 				l, ok := m.Load(key)
 				if !ok {
-					l, _ = m.LoadOrStore(key, xrate.NewLimiter(memRate, memRate))
+					l, _ = m.LoadOrStore(key, xrate.NewLimiter(xrate.Limit(memRate/3600.0), memRate))
 				}
 				l.(*xrate.Limiter).Allow()
 				return nil
