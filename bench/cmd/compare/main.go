@@ -109,14 +109,21 @@ func run(args []string, out io.Writer) error {
 
 	var memRes []result
 	if !*noMem {
-		for i, r := range filterRows(memoryRows(), filter) {
-			dec, err := r.build(nil)
-			if err != nil {
+		rows := filterRows(memoryRows(), filter)
+		decs := make([]op, len(rows))
+		for i, r := range rows {
+			if decs[i], err = r.build(nil); err != nil {
 				return fmt.Errorf("%s: %w", r.name, err)
 			}
-			f := parallel(keys(fmt.Sprintf("m%d:", i), *nkeys), time.Second, dec)
-			fmt.Fprintf(os.Stderr, "%-60s %10.0f/s\n", r.name, f.perSecond())
-			memRes = append(memRes, result{r, f})
+		}
+		memRes = make([]result, len(rows))
+		for round := range *rounds {
+			for i, r := range rows {
+				f := parallel(keys(fmt.Sprintf("m%d:", i), *nkeys), 300*time.Millisecond, decs[i])
+				fmt.Fprintf(os.Stderr, "round %d %-60s %10.0f/s\n", round+1, r.name, f.perSecond())
+				memRes[i].row = r
+				memRes[i].f.add(f)
+			}
 		}
 	}
 	if len(memRes) > 0 {
