@@ -25,6 +25,7 @@ type figures struct {
 	// Redis rows: the server's and this process's CPU time, commands sent
 	// and round trips (a pipeline is one) over the measured spans.
 	redisCPU, clientCPU time.Duration
+	redisExec           time.Duration // time in scripts, from INFO commandstats
 	cmds, trips         int64
 }
 
@@ -45,6 +46,7 @@ func (f *figures) add(g figures) {
 	f.samples = append(f.samples, g.samples...)
 	f.mallocs += g.mallocs
 	f.redisCPU += g.redisCPU
+	f.redisExec += g.redisExec
 	f.clientCPU += g.clientCPU
 	f.cmds += g.cmds
 	f.trips += g.trips
