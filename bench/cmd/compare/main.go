@@ -4,7 +4,7 @@
 // decision, the Redis server's CPU time and commands per decision, and the
 // ratio of each tollgate row to each peer.
 //
-//	cd bench && go run ./cmd/compare            # everything, about 2 minutes
+//	cd bench && go run ./cmd/compare            # everything, about 2.5 minutes
 //	go run ./cmd/compare -only 'token_bucket|redis_rate' -d 2s
 //
 // Redis rows: 64 goroutines in a closed loop over 10,000 keys, one go-redis
