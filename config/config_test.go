@@ -473,3 +473,49 @@ func TestWatch(t *testing.T) {
 		t.Errorf("Watch on a missing path: no error")
 	}
 }
+
+func TestMetricID(t *testing.T) {
+	t.Parallel()
+	r, err := config.Parse("m.yaml", []byte(`
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        value: GET
+        descriptors:
+          - key: user
+            rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: wild
+    value: a*
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		entries []config.KV
+		want    string
+	}{
+		{kvs("route", "/a", "method", "GET", "user", "u1"), "d.route_/a.method_GET.user"},
+		{kvs("detailed", "x"), "d.detailed_x"},
+		{kvs("plain", "x"), "d.plain"},
+		{kvs("wild", "abc"), "d.wild_abc"},
+	}
+	for _, tc := range tests {
+		rule := config.Lookup(r, "d", tc.entries)
+		if rule == nil {
+			t.Fatalf("no rule for %v", tc.entries)
+		}
+		if got := config.MetricID(rule, tc.entries); got != tc.want {
+			t.Errorf("MetricID(%v) = %q, want %q", tc.entries, got, tc.want)
+		}
+	}
+}

@@ -226,6 +226,7 @@ func (b *builder) document(root *yaml.Node) {
 
 // level is what a rule inherits from one descriptor on its path.
 type level struct {
+	step          string
 	shared        string
 	valueToMetric bool
 }
@@ -302,7 +303,7 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 		}
 		seen[kv{key, value}] = keyNode.Line
 
-		lv := level{valueToMetric: toMetric && value == ""}
+		lv := level{step: step, valueToMetric: toMetric && value == ""}
 		wild := strings.Contains(value, "*")
 		if shareThres {
 			if !wild {
@@ -468,7 +469,9 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 }
 
 func (b *builder) finishRule(r *Rule, path []level) {
+	r.steps = make([]string, len(path))
 	for i, lv := range path {
+		r.steps[i] = lv.step
 		if lv.shared != "" {
 			if r.shared == nil {
 				r.shared = make([]string, len(path))

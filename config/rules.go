@@ -147,6 +147,37 @@ type Rule struct {
 	// valueToMetric[i] says that metrics show the request's value of entry
 	// i (value_to_metric).
 	valueToMetric []bool
+	// steps[i] is the part of ID for entry i: "key" or "key_value".
+	steps []string
+}
+
+// MetricID returns the name metrics report a request under: ID, except
+// that with detailed_metric every entry shows the request's key_value, and
+// with value_to_metric the entries so marked do. It allocates only for
+// those rules.
+func MetricID[E Entry](r *Rule, entries []E) string {
+	if !r.HasValueToMetric() || len(entries) != len(r.steps) {
+		return r.ID
+	}
+	n := len(r.Domain)
+	for _, e := range entries {
+		n += 2 + len(e.GetKey()) + len(e.GetValue())
+	}
+	b := make([]byte, 0, n)
+	b = append(b, r.Domain...)
+	for i, e := range entries {
+		b = append(b, '.')
+		if !r.ValueToMetric(i) {
+			b = append(b, r.steps[i]...)
+			continue
+		}
+		b = append(b, e.GetKey()...)
+		if v := e.GetValue(); v != "" {
+			b = append(b, '_')
+			b = append(b, v...)
+		}
+	}
+	return string(b)
 }
 
 // DenyAll reports whether the rule denies every request that spends

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
+	"github.com/tollgate/tollgate/server"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "the decision service: Envoy's rate limit service (gRPC), /json, /metrics",
+		run:     runServe,
+	})
+}
+
+// serveFlags are the flags serve and proxy share.
+type serveFlags struct {
+	config      string
+	redis       string
+	redisPrefix string
+	timeout     time.Duration
+	failureMode string
+	shadow      bool
+	watch       bool
+	logFormat   string
+	logLevel    string
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "rules: a YAML file or a directory of them, in envoyproxy/ratelimit's format (required)")
+	fs.StringVar(&f.redis, "redis", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (default: the embedded memory store, one instance)")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "tollgate:", "prefix of every Redis key")
+	fs.DurationVar(&f.timeout, "timeout", server.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
+	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
+	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
+	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// setup builds the logger, the store and the server from the flags, loads
+// the rules, and returns a cleanup function.
+func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func(), error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	var h slog.Handler
+	switch f.logFormat {
+	case "text":
+		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	case "json":
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	default:
+		return nil, nil, nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	}
+	log := slog.New(h)
+	if f.config == "" {
+		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
+	}
+	var mode config.FailureMode
+	switch f.failureMode {
+	case "open":
+		mode = config.FailOpen
+	case "closed":
+		mode = config.FailClosed
+	default:
+		return nil, nil, nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
+	}
+	if f.timeout <= 0 {
+		return nil, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
+	}
+	rules, err := config.Load(f.config)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
+	var store tollgate.Store
+	var ping func(context.Context) error
+	cleanup := func() {}
+	storeName := "memory"
+	if f.redis == "" {
+		store = memorystore.New()
+	} else {
+		client, err := server.NewRedisClient(f.redis)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rs := redisstore.New(client, redisstore.WithPrefix(f.redisPrefix))
+		store, storeName = rs, "redis"
+		ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
+		cleanup = func() { client.Close() }
+		// Preload the scripts; if Redis is not there yet, the first
+		// decisions load them.
+		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := rs.Load(lctx); err != nil {
+			log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", err.Error())
+		}
+		cancel()
+	}
+	srv, err := server.New(store,
+		server.WithTimeout(f.timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
+		server.WithLogger(log), server.WithPing(ping))
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	srv.SetRules(rules)
+	log.Info("rules loaded", "path", f.config, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()), "store", storeName)
+	return srv, log, cleanup, nil
+}
+
+// background starts what keeps a server current until ctx ends: the store
+// probe, the file watch and SIGHUP reloads.
+func (f *serveFlags) background(ctx context.Context, srv *server.Server, log *slog.Logger) {
+	go srv.Probe(ctx, time.Second)
+	if f.watch {
+		go func() {
+			if err := config.Watch(ctx, f.config, 0, func() { srv.Reload(f.config) }); err != nil {
+				log.Error("cannot watch the rules; reload with SIGHUP", "error", err.Error())
+			}
+		}()
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading rules", "path", f.config)
+				srv.Reload(f.config)
+			}
+		}
+	}()
+}
+
+func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tollgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	httpAddr := fs.String("http", "", "HTTP address for /json, /healthcheck, /readyz, /metrics (default 127.0.0.1:8080; :8080 with --listen-all)")
+	grpcAddr := fs.String("grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
+	listenAll := fs.Bool("listen-all", false, "listen on every interface for the default addresses, not only on loopback")
+	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
+	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep serving with /readyz failing before closing the listeners (for load balancers to notice)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
+		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	host := "127.0.0.1"
+	if *listenAll {
+		host = ""
+	}
+	if *httpAddr == "" {
+		*httpAddr = net.JoinHostPort(host, "8080")
+	}
+	if *grpcAddr == "" {
+		*grpcAddr = net.JoinHostPort(host, "8081")
+	}
+	srv, log, cleanup, err := f.setup(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		if strings.HasPrefix(err.Error(), "--") {
+			return 2
+		}
+		return 1
+	}
+	defer cleanup()
+
+	hl, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 1
+	}
+	gl, err := net.Listen("tcp", *grpcAddr)
+	if err != nil {
+		hl.Close()
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 1
+	}
+	g := grpc.NewServer()
+	srv.RegisterGRPC(g)
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	f.background(bg, srv, log)
+
+	errc := make(chan error, 2)
+	go func() { errc <- g.Serve(gl) }()
+	go func() { errc <- hs.Serve(hl) }()
+	log.Info("listening", "http", hl.Addr().String(), "grpc", gl.Addr().String())
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining requests in flight", "shutdown_delay", shutdownDelay.String(), "drain_timeout", drainTimeout.String())
+	case err := <-errc:
+		log.Error("a listener failed; shutting down", "error", err.Error())
+	}
+	srv.Drain()
+	if *shutdownDelay > 0 {
+		time.Sleep(*shutdownDelay)
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	httpErr := hs.Shutdown(dctx)
+	select {
+	case <-stopped:
+	case <-dctx.Done():
+		g.Stop()
+	}
+	stopBG()
+	if httpErr != nil {
+		log.Warn("HTTP requests still in flight at the drain timeout were cut", "error", httpErr.Error())
+	}
+	log.Info("stopped")
+	return 0
+}
