@@ -82,7 +82,8 @@ func (st *ruleState) counter(m *metrics, o outcome) prometheus.Counter {
 type Option func(*Server)
 
 // WithTimeout sets the deadline of each request's store calls together
-// (default 50 ms). When it passes, each rule's failure mode decides.
+// (default 50 ms). When it passes, each rule's failure mode decides. 0
+// sets none, for a store that never waits (memorystore).
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
 
 // WithFailureMode sets what rules without their own failure_mode answer

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -117,8 +118,14 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 		}
 		cancel()
 	}
+	timeout := f.timeout
+	if f.redis == "" {
+		// The memory store never waits on I/O (a decision takes a
+		// microsecond), so a deadline would only cost a timer per request.
+		timeout = 0
+	}
 	srv, err := server.New(store,
-		server.WithTimeout(f.timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
+		server.WithTimeout(timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
 		server.WithLogger(log), server.WithPing(ping))
 	if err != nil {
 		cleanup()
@@ -165,6 +172,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	grpcAddr := fs.String("grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
 	listenAll := fs.Bool("listen-all", false, "listen on every interface for the default addresses, not only on loopback")
 	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
+	debugAddr := fs.String("debug", "", "address for /debug/pprof (off by default; keep it on loopback)")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep serving with /readyz failing before closing the listeners (for load balancers to notice)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
@@ -223,6 +231,21 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(gl) }()
 	go func() { errc <- hs.Serve(hl) }()
+	if *debugAddr != "" {
+		dl, err := net.Listen("tcp", *debugAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+			return 1
+		}
+		dmux := http.NewServeMux()
+		dmux.HandleFunc("/debug/pprof/", pprof.Index)
+		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		ds := &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}
+		go ds.Serve(dl)
+		defer ds.Close()
+		log.Info("debug listening", "addr", dl.Addr().String())
+	}
 	log.Info("listening", "http", hl.Addr().String(), "grpc", gl.Addr().String())
 
 	select {
