@@ -56,7 +56,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.decide(r.Context(), apiJSON, &req)
+	resp, h, err := s.decide(r.Context(), apiJSON, &req)
 	if err != nil {
 		http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
 		return
@@ -65,6 +65,9 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, "cannot encode the response", http.StatusInternalServerError)
 		return
+	}
+	for k, v := range h {
+		w.Header()[k] = v
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {

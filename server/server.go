@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/httplimit/headers"
 )
 
 // DefaultTimeout is the deadline of a request's store calls unless
@@ -47,6 +50,7 @@ type Server struct {
 	ping     func(context.Context) error
 	now      func() time.Time
 	health   *health.Server
+	flavor   headers.Flavor
 
 	snap     atomic.Pointer[snapshot]
 	reloadMu sync.Mutex // one load at a time
@@ -107,6 +111,13 @@ func WithRegistry(r *prometheus.Registry) Option { return func(s *Server) { s.re
 // reachable, which is right for memorystore.
 func WithPing(ping func(context.Context) error) Option { return func(s *Server) { s.ping = ping } }
 
+// WithHeaders selects the rate-limit header fields put in
+// response_headers_to_add (and on /json and the auth endpoint's
+// responses): by default headers.Draft, the IETF RateLimit-Policy and
+// RateLimit fields; 0 adds none. Retry-After comes with every flavour when
+// the request is over the limit.
+func WithHeaders(f headers.Flavor) Option { return func(s *Server) { s.flavor = f } }
+
 // WithClock sets the server's clock (default time.Now); tests use it.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
 
@@ -114,7 +125,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // SetRules or Reload; until then every descriptor is answered OK and
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
-	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer()}
+	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft}
 	for _, o := range opts {
 		o(s)
 	}
@@ -193,8 +204,33 @@ func (s *Server) Reload(path string) error {
 
 // ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	return s.decide(ctx, apiGRPC, req)
+	resp, h, err := s.decide(ctx, apiGRPC, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(h) > 0 {
+		resp.ResponseHeadersToAdd = make([]*core.HeaderValue, 0, len(h))
+		for _, name := range headerOrder {
+			if v := h[name]; len(v) > 0 {
+				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &core.HeaderValue{Key: wireName[name], Value: v[0]})
+			}
+		}
+	}
+	return resp, nil
 }
+
+// headerOrder is the order of the fields in response_headers_to_add, and
+// wireName how they are spelled there (Envoy sends them as given).
+var (
+	headerOrder = []string{headers.PolicyField, headers.LimitField, headers.OldLimitField, headers.OldRemainingField,
+		headers.OldResetField, headers.XLimitField, headers.XRemainingField, headers.XResetField, headers.RetryAfterField}
+	wireName = map[string]string{
+		headers.PolicyField: "RateLimit-Policy", headers.LimitField: "RateLimit",
+		headers.OldLimitField: "RateLimit-Limit", headers.OldRemainingField: "RateLimit-Remaining", headers.OldResetField: "RateLimit-Reset",
+		headers.XLimitField: "X-RateLimit-Limit", headers.XRemainingField: "X-RateLimit-Remaining", headers.XResetField: "X-RateLimit-Reset",
+		headers.RetryAfterField: "Retry-After",
+	}
+)
 
 // errInvalid is what a request without a domain or descriptors gets.
 func (s *Server) invalid(api int, msg string) error {
@@ -209,14 +245,17 @@ type item struct {
 	dropped bool       // replaced by another rule of the request
 }
 
-// decide answers one request. It is the heart of every API.
-func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+// decide answers one request. It is the heart of every API. Besides the
+// response it returns the rate-limit header fields of the answer (nil when
+// there are none): every descriptor the store decided, as a policy named
+// after its rule.
+func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
 	if req.GetDomain() == "" {
-		return nil, s.invalid(api, "rate limit domain must not be empty")
+		return nil, nil, s.invalid(api, "rate limit domain must not be empty")
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {
-		return nil, s.invalid(api, "rate limit descriptor list must not be empty")
+		return nil, nil, s.invalid(api, "rate limit descriptor list must not be empty")
 	}
 	sn := s.snap.Load()
 	var rules *config.Rules
@@ -256,6 +295,8 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n)
 	var cancel context.CancelFunc
+	var hstack [8]headers.Decision
+	hds := hstack[:0]
 	overall := pb.RateLimitResponse_OK
 	quota, quotaOver := 0, 0
 	for i, d := range descs {
@@ -280,22 +321,32 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 		}
 		hits := hitsOf(req, d)
 		var o outcome
+		res := tollgate.Result{Limit: r.Limit}
 		if r.DenyAll() {
 			o = outcomeOverLimit
 			if hits == 0 {
 				o = outcomeOK
 			}
 			period := int64(r.Unit.Duration())
-			st.DurationUntilReset = roundUp(time.Duration(period - s.now().UnixNano()%period))
+			res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
+			st.DurationUntilReset = roundUp(res.RetryAfter)
 		} else {
 			if cancel == nil && s.timeout > 0 {
 				ctx, cancel = context.WithTimeout(ctx, s.timeout)
 				defer cancel()
 			}
-			o = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
+			o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
 		}
 		if o == outcomeOverLimit && r.ShadowMode {
 			o = outcomeShadow
+		}
+		if s.flavor != 0 && (o == outcomeOK || o == outcomeOverLimit || o == outcomeShadow) {
+			res.Allowed = o == outcomeOK
+			policy := r.Name
+			if policy == "" {
+				policy = r.ID
+			}
+			hds = append(hds, headers.Decision{Policy: policy, Result: res, DryRun: r.ShadowMode})
 		}
 		s.count(it, d.GetEntries(), o)
 		if o == outcomeOverLimit || o == outcomeFailClosed {
@@ -326,11 +377,23 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	} else {
 		s.m.requests[api][codeOK].Inc()
 	}
-	return resp, nil
+	var h http.Header
+	if len(hds) > 0 {
+		if overall == pb.RateLimitResponse_OK {
+			// Global shadow mode or quota_mode let the request through:
+			// no Retry-After for a request that passes.
+			for i := range hds {
+				hds[i].Result.Allowed = true
+			}
+		}
+		h = make(http.Header, 3)
+		headers.Write(h, s.flavor, s.now(), hds...)
+	}
+	return resp, h, nil
 }
 
 // spend makes one store call and fills st from its result.
-func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) outcome {
+func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
 	key := counterKey(domain, entries, r)
 	n := hits * r.Cost
 	if hits > 0 && n/hits != r.Cost {
@@ -344,19 +407,20 @@ func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateL
 	case errors.Is(err, tollgate.ErrCostExceedsBurst):
 		// More than the limit can ever admit at once: over the limit,
 		// as envoyproxy/ratelimit answers a hits_addend above the limit.
-		return outcomeOverLimit
+		// Waiting will not help; say so with the longest honest wait.
+		return outcomeOverLimit, tollgate.Result{Limit: r.Limit, RetryAfter: r.Limit.Period}
 	default:
-		return s.storeFailed(ctx, r, err)
+		return s.storeFailed(ctx, r, err), res
 	}
 	st.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
 	if !res.Allowed {
 		st.DurationUntilReset = roundUp(res.RetryAfter)
-		return outcomeOverLimit
+		return outcomeOverLimit, res
 	}
 	if res.ResetAfter > 0 {
 		st.DurationUntilReset = roundUp(res.ResetAfter)
 	}
-	return outcomeOK
+	return outcomeOK, res
 }
 
 // storeFailed applies r's failure mode to a failed store call, and counts

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/httplimit/headers"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 	"github.com/tollgate/tollgate/server"
@@ -44,6 +45,7 @@ type serveFlags struct {
 	watch       bool
 	logFormat   string
 	logLevel    string
+	headers     string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -54,6 +56,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
 	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
 	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
+	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
@@ -86,6 +89,10 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 		mode = config.FailClosed
 	default:
 		return nil, nil, nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
+	}
+	flavor, err := headers.ParseFlavor(f.headers)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--headers %q: want draft, ratelimit, x-ratelimit, all or none", f.headers)
 	}
 	if f.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
@@ -126,7 +133,7 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 	}
 	srv, err := server.New(store,
 		server.WithTimeout(timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogger(log), server.WithPing(ping))
+		server.WithLogger(log), server.WithPing(ping), server.WithHeaders(flavor))
 	if err != nil {
 		cleanup()
 		return nil, nil, nil, err

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -275,9 +276,25 @@ func TestServeEnvoyRules(t *testing.T) {
 		if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > time.Minute {
 			t.Errorf("alice: duration_until_reset %v, want within a minute", d)
 		}
+		h := headersOf(r)
+		if got := sfItems(t, h, "RateLimit-Policy"); got != `"per_user" q=1 w=60` {
+			t.Errorf("alice 1st: RateLimit-Policy %s, want \"per_user\" q=1 w=60", got)
+		}
+		if got := sfItems(t, h, "RateLimit"); !regexp.MustCompile(`^"per_user" r=0 t=([1-9]|[1-5][0-9]|60)$`).MatchString(got) {
+			t.Errorf("alice 1st: RateLimit %s, want r=0 and t within a minute", got)
+		}
+		if _, ok := h["Retry-After"]; ok {
+			t.Errorf("alice 1st: Retry-After on an allowed request")
+		}
 		r = p.ask(request("edge", desc("tenant", tenant, "user", "alice")))
 		if got, want := codesOf(r), "OVER_LIMIT: OVER_LIMIT"; got != want {
 			t.Errorf("alice 2nd: %s, want %s", got, want)
+		}
+		h = headersOf(r)
+		if ra, err := strconv.Atoi(h["Retry-After"]); err != nil || ra < 1 || ra > 60 {
+			t.Errorf("alice 2nd: Retry-After %q, want 1 to 60 seconds", h["Retry-After"])
+		} else if got, want := sfItems(t, h, "RateLimit"), fmt.Sprintf(`"per_user" r=0 t=%d`, ra); got != want {
+			t.Errorf("alice 2nd: RateLimit %s, want %s (t equal to Retry-After)", got, want)
 		}
 
 		// Statuses come in request order; a descriptor that matches nothing
@@ -377,9 +394,9 @@ func TestServeEnvoyRules(t *testing.T) {
 		}
 
 		// The gRPC health service says SERVING.
-		h, err := healthpb.NewHealthClient(p.conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-			t.Errorf("health: %v, %v; want SERVING", h, err)
+		hc, err := healthpb.NewHealthClient(p.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health: %v, %v; want SERVING", hc, err)
 		}
 	})
 }
@@ -686,4 +703,45 @@ func TestServeUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, output %q; want %d and %q", tc.args, code, out.String(), tc.code, tc.want)
 		}
 	}
+}
+
+// headersOf returns response_headers_to_add as a map.
+func headersOf(r *pb.RateLimitResponse) map[string]string {
+	h := map[string]string{}
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	return h
+}
+
+// sfItems parses a RateLimit or RateLimit-Policy field with a
+// structured-field parser, as a client would, and prints its items as
+// `"name" param=value ...`, one item after another.
+func sfItems(t *testing.T, h map[string]string, field string) string {
+	t.Helper()
+	v, ok := h[field]
+	if !ok {
+		t.Errorf("%s missing from %v", field, h)
+		return ""
+	}
+	list, err := httpsfv.UnmarshalList([]string{v})
+	if err != nil {
+		t.Errorf("%s: %q is not a structured-field list: %v", field, v, err)
+		return ""
+	}
+	var out []string
+	for _, m := range list {
+		it, ok := m.(httpsfv.Item)
+		if !ok {
+			t.Errorf("%s: %#v is not an item", field, m)
+			continue
+		}
+		s := fmt.Sprintf("%q", it.Value)
+		for _, k := range it.Params.Names() {
+			pv, _ := it.Params.Get(k)
+			s += fmt.Sprintf(" %s=%v", k, pv)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
 }
