@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -301,6 +302,16 @@ func (r *Rules) HasDomain(domain string) bool {
 
 // Domains returns the number of domains.
 func (r *Rules) Domains() int { return len(r.domains) }
+
+// DomainNames returns the names of the domains, sorted.
+func (r *Rules) DomainNames() []string {
+	names := make([]string, 0, len(r.domains))
+	for d := range r.domains {
+		names = append(names, d)
+	}
+	slices.Sort(names)
+	return names
+}
 
 // All returns every rule, in file order; Rule.Index is the position here.
 func (r *Rules) All() []*Rule { return r.all }

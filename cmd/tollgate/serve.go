@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/httplimit/clientip"
 	"github.com/tollgate/tollgate/httplimit/headers"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
@@ -46,6 +47,45 @@ type serveFlags struct {
 	logFormat   string
 	logLevel    string
 	headers     string
+	// how HTTP requests become descriptors (the auth endpoint, the proxy)
+	domain      string
+	descriptors multiFlag
+	trusted     string
+	ipHeader    string
+}
+
+// multiFlag is a flag that may be given several times.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// registerHTTP registers the flags that say how HTTP requests become
+// descriptors; trustedDefault is the default of --trusted-proxies.
+func (f *serveFlags) registerHTTP(fs *flag.FlagSet, trustedDefault string) {
+	fs.StringVar(&f.domain, "domain", "", "domain of the descriptors built from HTTP requests")
+	fs.Var(&f.descriptors, "descriptor", "a descriptor built from HTTP requests, repeatable: entries 'remote_address', 'path', 'method', 'header:NAME', each optionally 'key=...', comma-separated; e.g. 'remote_address' or 'api_key=header:X-API-Key,path' (default remote_address)")
+	fs.StringVar(&f.trusted, "trusted-proxies", trustedDefault, "comma-separated CIDRs of proxies whose client-address header is believed")
+	fs.StringVar(&f.ipHeader, "client-ip-header", "X-Forwarded-For", "the header trusted proxies put the client's address in: X-Forwarded-For, Forwarded or X-Real-IP")
+}
+
+// httpRules builds the server.HTTPRules of the flags.
+func (f *serveFlags) httpRules() (server.HTTPRules, error) {
+	var opts []clientip.Option
+	if f.trusted != "" {
+		opts = append(opts, clientip.TrustProxies(strings.Split(f.trusted, ",")...))
+	}
+	opts = append(opts, clientip.FromHeader(f.ipHeader))
+	ip, err := clientip.New(opts...)
+	if err != nil {
+		return server.HTTPRules{}, fmt.Errorf("--trusted-proxies/--client-ip-header: %w", err)
+	}
+	for _, d := range f.descriptors {
+		if err := server.ParseDescriptorSpec(d); err != nil {
+			return server.HTTPRules{}, fmt.Errorf("--descriptor: %w", err)
+		}
+	}
+	return server.HTTPRules{Domain: f.domain, Descriptors: f.descriptors, ClientIP: ip}, nil
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -175,7 +215,8 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
-	httpAddr := fs.String("http", "", "HTTP address for /json, /healthcheck, /readyz, /metrics (default 127.0.0.1:8080; :8080 with --listen-all)")
+	f.registerHTTP(fs, "127.0.0.0/8,::1/128")
+	httpAddr := fs.String("http", "", "HTTP address for /json, /auth, /healthcheck, /readyz, /metrics (default 127.0.0.1:8080; :8080 with --listen-all)")
 	grpcAddr := fs.String("grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
 	listenAll := fs.Bool("listen-all", false, "listen on every interface for the default addresses, not only on loopback")
 	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
@@ -216,6 +257,16 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	defer cleanup()
 
+	rules, err := f.httpRules()
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 2
+	}
+	auth, err := srv.AuthHandler(rules)
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 2
+	}
 	hl, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
@@ -227,9 +278,12 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 1
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.Handler())
+	mux.Handle("/auth", auth)
 	g := grpc.NewServer()
 	srv.RegisterGRPC(g)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()

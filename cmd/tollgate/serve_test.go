@@ -79,6 +79,7 @@ type proc struct {
 	cmd      *exec.Cmd
 	http     string // base URL
 	grpc     string // host:port
+	proxy    string // base URL of tollgate proxy
 	log      *logBuffer
 	exited   chan struct{}
 	exitErr  error
@@ -128,7 +129,7 @@ func (l *logBuffer) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Durati
 	}
 }
 
-var listening = regexp.MustCompile(`msg=listening http=(\S+) grpc=(\S+)`)
+var listening = regexp.MustCompile(`msg=listening http=(\S+) (grpc|proxy)=(\S+)`)
 
 // startTollgate runs tollgate with args (after the subcommand) on free
 // loopback ports and waits until it listens.
@@ -136,6 +137,9 @@ func startTollgate(t *testing.T, sub string, args ...string) *proc {
 	t.Helper()
 	bin := tollgateBinary(t)
 	full := append([]string{sub, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...)
+	if sub == "proxy" {
+		full = append(full, "--listen", "127.0.0.1:0")
+	}
 	p := &proc{t: t, cmd: exec.Command(bin, full...), log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
@@ -150,7 +154,12 @@ func startTollgate(t *testing.T, sub string, args ...string) *proc {
 		}
 	})
 	m := p.log.waitFor(t, listening, 20*time.Second)
-	p.http, p.grpc = "http://"+m[1], m[2]
+	p.http = "http://" + m[1]
+	if m[2] == "proxy" {
+		p.proxy = "http://" + m[3]
+		return p
+	}
+	p.grpc = m[3]
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
