@@ -57,6 +57,8 @@ type Server struct {
 	storeUp  atomic.Bool
 	draining atomic.Bool
 	failLog  sampler
+	// deadlines bounds each request's store calls (see WithTimeout).
+	deadlines deadlines
 }
 
 // snapshot is the rules in force and what the server keeps per rule.
@@ -294,7 +296,7 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	n := len(descs)
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n)
-	var cancel context.CancelFunc
+	withDeadline := false
 	var hstack [8]headers.Decision
 	hds := hstack[:0]
 	overall := pb.RateLimitResponse_OK
@@ -331,9 +333,8 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
 			st.DurationUntilReset = roundUp(res.RetryAfter)
 		} else {
-			if cancel == nil && s.timeout > 0 {
-				ctx, cancel = context.WithTimeout(ctx, s.timeout)
-				defer cancel()
+			if !withDeadline && s.timeout > 0 {
+				ctx, withDeadline = s.deadlines.with(ctx, time.Now(), s.timeout), true
 			}
 			o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
 		}

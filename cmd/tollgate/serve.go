@@ -12,6 +12,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -120,6 +122,13 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 		return nil, nil, nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}
 	log := slog.New(h)
+	if os.Getenv("GOGC") == "" {
+		// The service's heap is a few megabytes of short-lived request
+		// garbage: collecting a quarter as often costs about 10 MB and
+		// saves about a quarter of its CPU per decision (measured with
+		// bench/serveload). GOGC in the environment overrides this.
+		debug.SetGCPercent(400)
+	}
 	if f.config == "" {
 		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
 	}
@@ -294,7 +303,9 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	mux := http.NewServeMux()
 	mux.Handle("/", srv.Handler())
 	mux.Handle("/auth", auth)
-	g := grpc.NewServer()
+	// Stream workers reuse goroutines whose stacks have grown, instead of
+	// growing a fresh one for every request.
+	g := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	srv.RegisterGRPC(g)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
