@@ -79,6 +79,9 @@ type Store struct {
 	client redis.UniversalClient
 	prefix string
 	now    func() time.Time
+	// pipe, when WithPipeline is given, gathers concurrent decisions into
+	// pipelines; nil sends each decision on its own.
+	pipe *pipeliner
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -105,6 +108,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{client: client, prefix: "tollgate:"}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.pipe != nil {
+		s.pipe.client = client
 	}
 	return s
 }
@@ -154,7 +160,12 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		args = []any{p.Rate, p.PeriodUS, n, now}
 	}
 	rkey := s.Key(key, limit)
-	reply, err := scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+	var reply any
+	if s.pipe != nil {
+		reply, err = s.pipe.run(ctx, p.Algorithm, rkey, args)
+	} else {
+		reply, err = scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+	}
 	if err != nil {
 		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
 	}
