@@ -34,7 +34,7 @@ func Example_perIPBehindProxy() {
 
 	for i := 0; i < 3; i++ {
 		r := httptest.NewRequest("GET", "/api/items", nil)
-		r.RemoteAddr = "10.0.0.9:40000"                       // the load balancer
+		r.RemoteAddr = "10.0.0.9:40000"                         // the load balancer
 		r.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.7") // spoofed, then the real client
 		w := httptest.NewRecorder()
 		handler.ServeHTTP(w, r)
