@@ -1,14 +1,12 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit/clientip"
 )
 
@@ -183,10 +181,5 @@ func storeKey(buf []byte, prefix string, k *Key, r *http.Request, ips *clientip.
 	if !ok {
 		return "", false
 	}
-	if len(b) > tollgate.MaxKeyLen {
-		sum := sha256.Sum256(b[len(prefix):])
-		b = append(b[:len(prefix)], "sha256="...)
-		b = hex.AppendEncode(b, sum[:])
-	}
-	return string(b), true
+	return enforce.KeyString(b, len(prefix)), true
 }
