@@ -399,8 +399,8 @@ type Problem struct {
 // naming the violated policy. Use it from a custom handler to fall back.
 func WriteProblem(w http.ResponseWriter, _ *http.Request, rej Rejection) {
 	p := Problem{Status: rej.Status, Title: http.StatusText(rej.Status)}
-	if rej.Policy != "" {
-		p.ViolatedPolicies = []string{rej.Policy}
+	if rej.Policy != "" && (rej.Status == http.StatusTooManyRequests || rej.Status == http.StatusRequestEntityTooLarge) {
+		p.ViolatedPolicies = []string{rej.Policy} // a failed store violated nothing
 	}
 	switch {
 	case rej.Status == http.StatusTooManyRequests:
