@@ -45,7 +45,7 @@ func (d *deadlines) bound(ctx context.Context) context.Context {
 	now := time.Now()
 	ep := d.cur.Load()
 	if ep == nil || !now.Before(ep.until) {
-		ep = d.rotate(now)
+		ep = d.rotate()
 	}
 	if dl, ok := ctx.Deadline(); ok && !dl.After(ep.deadline) {
 		return ctx // its own deadline comes first
@@ -53,9 +53,12 @@ func (d *deadlines) bound(ctx context.Context) context.Context {
 	return &withValues{Context: ep.ctx, values: ctx}
 }
 
-func (d *deadlines) rotate(now time.Time) *epoch {
+func (d *deadlines) rotate() *epoch {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Read the clock under the lock: a caller that waited for it (or was
+	// descheduled) must not create an epoch that has already expired.
+	now := time.Now()
 	if ep := d.cur.Load(); ep != nil && now.Before(ep.until) {
 		return ep // another request rotated first
 	}
