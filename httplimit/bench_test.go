@@ -27,7 +27,7 @@ func (w *benchWriter) WriteHeader(int)             {}
 // difference is what the middleware adds: matching, the namespaced key, the
 // deadline, the decision bookkeeping and the headers.
 //
-//	go test -run '^$' -bench Middleware -benchmem -count 5 ./httplimit/
+//	go test -run '^$' -bench Middleware -benchmem -count 3 -benchtime 300000x ./httplimit/
 func BenchmarkMiddleware(b *testing.B) {
 	const nkeys = 10_000
 	limit := tollgate.Limit{Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}
