@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -383,8 +384,11 @@ func TestCorruptState(t *testing.T) {
 		if err := tc.write(s.Key(k, limit)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AllowN(ctx, k, limit, 1); err == nil {
+		_, err := s.AllowN(ctx, k, limit, 1)
+		if err == nil {
 			t.Errorf("%s on corrupt state: err = nil", tc.alg)
+		} else if strings.Contains(err.Error(), k) {
+			t.Errorf("%s: error %q names the key; keys are client data and errors are logged", tc.alg, err)
 		}
 	}
 }
