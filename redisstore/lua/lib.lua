@@ -53,6 +53,6 @@ end
 -- corrupt stops the script when a key holds something tollgate did not write.
 -- The key's name stays out of the message: it holds client addresses and
 -- API keys, and errors end up in logs.
-local function corrupt(key)
+local function corrupt()
   return redis.error_reply('tollgate: unexpected state (delete the key to start afresh)')
 end
