@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -78,69 +76,4 @@ func redact(url string) string {
 		user = u + ":xxxxx"
 	}
 	return scheme + "://" + user + rest[at:]
-}
-
-// Pipelined returns a client that sends the script calls of concurrent
-// decisions to Redis together, in pipelines, through go-redis's
-// autopipeliner, and a function that stops it (the client c itself is the
-// caller's to close). Every call still waits no longer than its context
-// allows: a caller whose deadline passes gets the context's error at once,
-// while its command completes in the background. At most maxQueued commands
-// wait for a pipeline; beyond that calls fail at once (and rules answer by
-// their failure mode) rather than pile up behind a Redis that stopped
-// answering.
-//
-// Only EVAL and EVALSHA are pipelined, which is all redisstore's decisions
-// send; everything else (PING, SCRIPT LOAD) goes to c as usual.
-func Pipelined(c redis.UniversalClient, maxQueued int) (redis.UniversalClient, func() error, error) {
-	opts := redis.DefaultAutoPipelineOptions()
-	opts.MaxQueuedCommands = maxQueued
-	type asyncPipeliner interface {
-		AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
-	}
-	a, ok := c.(asyncPipeliner)
-	if !ok {
-		return nil, nil, fmt.Errorf("server: %T cannot pipeline", c)
-	}
-	ap, err := a.AsyncAutoPipelineWithOptions(opts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("server: pipeline: %w", err)
-	}
-	return pipelined{UniversalClient: c, ap: ap}, ap.Close, nil
-}
-
-type pipelined struct {
-	redis.UniversalClient
-	ap *redis.AutoPipeliner
-}
-
-// EvalSha queues EVALSHA on the pipeline and waits for it within ctx.
-func (p pipelined) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return p.eval(ctx, "evalsha", sha1, keys, args)
-}
-
-// Eval queues EVAL on the pipeline and waits for it within ctx.
-func (p pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return p.eval(ctx, "eval", script, keys, args)
-}
-
-func (p pipelined) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, name, payload, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3) // for Cluster routing, as go-redis's own Eval does
-	}
-	if err := p.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		// The command is still in flight and will write its result into
-		// cmd: hand the caller a command of its own.
-		late := redis.NewCmd(ctx, cmdArgs...)
-		late.SetErr(err)
-		return late
-	}
-	return cmd
 }

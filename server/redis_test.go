@@ -16,9 +16,9 @@ import (
 	"github.com/tollgate/tollgate/redisstore"
 )
 
-// TestPipelinedRedis decides concurrently through the pipelined client on a
-// real Redis: a limit is exact, and a paused Redis cannot hold a caller past
-// its deadline.
+// TestPipelinedRedis decides concurrently through a pipelined redisstore on
+// a real Redis, as tollgate serve does: a limit is exact, and a paused Redis
+// cannot hold a caller past its deadline.
 func TestPipelinedRedis(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.NewServer(t)
@@ -27,12 +27,8 @@ func TestPipelinedRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	pc, stop, err := Pipelined(client, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	s, err := New(redisstore.New(pc, redisstore.WithPrefix("pipelined-test:")), WithTimeout(100*time.Millisecond),
+	store := redisstore.New(client, redisstore.WithPrefix("pipelined-test:"), redisstore.WithPipeline(50*time.Microsecond, 64))
+	s, err := New(store, WithTimeout(100*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ type serveFlags struct {
 	config      string
 	redis       string
 	redisPrefix string
-	pipeline    bool
+	pipeline    time.Duration
 	timeout     time.Duration
 	failureMode string
 	shadow      bool
@@ -95,7 +95,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "rules: a YAML file or a directory of them, in envoyproxy/ratelimit's format (required)")
 	fs.StringVar(&f.redis, "redis", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (default: the embedded memory store, one instance)")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "tollgate:", "prefix of every Redis key")
-	fs.BoolVar(&f.pipeline, "redis-pipeline", true, "send the script calls of concurrent decisions to Redis together, in pipelines (each still bounded by --timeout)")
+	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
 	fs.DurationVar(&f.timeout, "timeout", server.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
 	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
@@ -164,21 +164,14 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		decider := client
-		stopPipeline := func() error { return nil }
-		if f.pipeline {
-			// 10,000 waiting commands is a fifth of a second at 50,000
-			// decisions a second: past that Redis is not keeping up, and
-			// failing fast by failure mode beats queueing.
-			if decider, stopPipeline, err = server.Pipelined(client, 10000); err != nil {
-				client.Close()
-				return nil, nil, nil, err
-			}
+		var ropts []redisstore.Option
+		if f.pipeline > 0 {
+			ropts = append(ropts, redisstore.WithPipeline(f.pipeline, 64))
 		}
-		rs := redisstore.New(decider, redisstore.WithPrefix(f.redisPrefix))
+		rs := redisstore.New(client, append(ropts, redisstore.WithPrefix(f.redisPrefix))...)
 		store, storeName = rs, "redis"
 		ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
-		cleanup = func() { stopPipeline(); client.Close() }
+		cleanup = func() { client.Close() }
 		// Preload the scripts; if Redis is not there yet, the first
 		// decisions load them.
 		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
