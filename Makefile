@@ -22,3 +22,7 @@ check:
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# run starts the decision service on the memory store with the example rules.
+run:
+	$(GO) run ./cmd/tollgate serve --config examples/ratelimit.yaml

@@ -34,6 +34,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 type options struct {
@@ -49,8 +50,11 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "ask" {
+		os.Exit(ask(os.Args[2:]))
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "grpc" && os.Args[1] != "json") {
-		fmt.Fprintln(os.Stderr, "usage: serveload grpc|json [flags] (serveload grpc -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: serveload grpc|json|ask [flags] (serveload grpc -h for the flags)")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
@@ -301,4 +305,42 @@ func runJSON(url string, o options) (result, error) {
 		res.firstError = m.Errors[0]
 	}
 	return res, nil
+}
+
+// ask sends one ShouldRateLimit request and prints the response in
+// protojson, like envoyproxy/ratelimit's client:
+//
+//	serveload ask --addr 127.0.0.1:8081 --domain edge --descriptors remote_address=10.0.0.1 --descriptors tenant=a,user=b
+func ask(args []string) int {
+	fs := flag.NewFlagSet("serveload ask", flag.ExitOnError)
+	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address")
+	domain := fs.String("domain", "", "domain")
+	hits := fs.Uint("hits", 0, "hits_addend of the request (0 means 1)")
+	var descs []string
+	fs.Func("descriptors", "a descriptor: key=value,key=value (repeatable)", func(s string) error { descs = append(descs, s); return nil })
+	fs.Parse(args)
+	req := &pb.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
+	for _, d := range descs {
+		desc := &rlv3.RateLimitDescriptor{}
+		for _, kv := range strings.Split(d, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serveload:", err)
+		return 1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serveload:", err)
+		return 1
+	}
+	fmt.Println(protojson.Format(resp))
+	return 0
 }

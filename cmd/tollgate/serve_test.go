@@ -258,7 +258,10 @@ func stores(t *testing.T, f func(t *testing.T, storeArgs []string)) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.NewServer(t)
-		f(t, []string{"--redis", rdb.URL(), "--redis-prefix", "test-" + randomID() + ":"})
+		// A generous deadline: these tests check decisions, and a loaded
+		// machine must not turn them into failure-mode answers.
+		// TestServeRedisDown tests the deadline itself.
+		f(t, []string{"--redis", rdb.URL(), "--redis-prefix", "test-" + randomID() + ":", "--timeout", "5s"})
 	})
 }
 
@@ -564,9 +567,21 @@ descriptors:
 	p := startTollgate(t, "serve", "--config", path, "--redis", rdb.URL(), "--timeout", "50ms")
 	id := randomID()
 	both := request("d", desc("open", id), desc("closed", id))
-	if got, want := codesOf(p.ask(both)), "OK: OK OK"; got != want {
-		t.Fatalf("Redis up: %s, want %s", got, want)
+	// With Redis up, decisions come from Redis. On a loaded machine one can
+	// miss the 50 ms deadline and be answered by failure mode instead: ask
+	// again, within reason.
+	healthy := func(what string) {
+		t.Helper()
+		got := ""
+		for range 20 {
+			if got = codesOf(p.ask(both)); got == "OK: OK OK" {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("%s: %s, want OK: OK OK", what, got)
 	}
+	healthy("Redis up")
 	waitReady := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -623,9 +638,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	waitReady(200)
-	if got, want := codesOf(p.ask(both)), "OK: OK OK"; got != want {
-		t.Errorf("Redis back: %s, want %s", got, want)
-	}
+	healthy("Redis back")
 
 	// Paused (SIGSTOP): connections stay open and nothing answers, the case
 	// only a deadline catches.
