@@ -11,7 +11,14 @@
 //     the limit, as envoyproxy/ratelimit answers;
 //   - GET /healthcheck (200 "OK" until shutdown begins), GET /readyz (200
 //     only while rules are loaded, the store answers and no shutdown has
-//     begun) and GET /metrics (Prometheus).
+//     begun) and GET /metrics (Prometheus) (Handler);
+//   - an endpoint for nginx's auth_request and forward-auth proxies
+//     (AuthHandler), and a rate-limiting reverse proxy (Proxy), which build
+//     descriptors from HTTP requests.
+//
+// Answers carry the IETF RateLimit-Policy and RateLimit fields (and
+// Retry-After when over the limit), written by httplimit/headers: in
+// response_headers_to_add over gRPC, as HTTP headers elsewhere.
 //
 // # One request
 //

@@ -234,7 +234,8 @@ var (
 	}
 )
 
-// errInvalid is what a request without a domain or descriptors gets.
+// invalid counts and returns the error of a request without a domain or
+// descriptors: InvalidArgument, as envoyproxy/ratelimit refuses them.
 func (s *Server) invalid(api int, msg string) error {
 	s.m.requests[api][codeInvalid].Inc()
 	return status.Error(codes.InvalidArgument, msg)
