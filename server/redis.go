@@ -46,7 +46,7 @@ func NewRedisClient(url string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("server: redis URL %s: %w", redact(url), err)
 		}
 		if o.MasterName == "" {
-			return nil, fmt.Errorf("server: redis URL %s: a Sentinel URL needs master_name=...", redact(url))
+			return nil, fmt.Errorf("server: redis URL %s: a Sentinel URL needs the master_name parameter", redact(url))
 		}
 		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o), nil

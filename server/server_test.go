@@ -68,7 +68,7 @@ func TestNewRedisClient(t *testing.T) {
 		{"rediss://user:secret@redis.example:6380", "*redis.Client", ""},
 		{"redis+sentinel://127.0.0.1:26379?master_name=mymaster&addr=127.0.0.1:26380", "*redis.Client", ""},
 		{"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001", "*redis.ClusterClient", ""},
-		{"redis+sentinel://127.0.0.1:26379", "", "needs master_name"},
+		{"redis+sentinel://127.0.0.1:26379", "", "needs the master_name parameter"},
 		{"http://127.0.0.1", "", `scheme "http"`},
 		{"redis+ring://127.0.0.1", "", `scheme "redis+ring"`},
 		{"127.0.0.1:6379", "", "no scheme"},
