@@ -767,3 +767,28 @@ func sfItems(t *testing.T, h map[string]string, field string) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// TestServeRedisCluster runs the service on a real 3-master Redis Cluster
+// through a redis+cluster:// URL: keys spread over every master, each limit
+// exact.
+func TestServeRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.NewCluster(t, 3, 0)
+	addrs := cl.Addrs()
+	url := "redis+cluster://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	writeFile(t, path, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window_counter}\n")
+	p := startTollgate(t, "serve", "--config", path, "--redis", url, "--timeout", "5s")
+	for i := range 30 {
+		user := fmt.Sprintf("u%d-%s", i, randomID())
+		for j, want := range []string{"OK: OK", "OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+			if got := codesOf(p.ask(request("d", desc("user", user)))); got != want {
+				t.Errorf("user %d, request %d: %s, want %s", i, j+1, got, want)
+			}
+		}
+	}
+	if got := p.metric(`tollgate_serve_store_errors_total{reason="error"}`) + p.metric(`tollgate_serve_store_errors_total{reason="timeout"}`); got != 0 {
+		t.Errorf("%v store errors on a healthy Cluster", got)
+	}
+}
