@@ -22,3 +22,12 @@ check:
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# The lab (README "Lab"): each target runs `tollgate demo <name>` against the
+# Redis at REDIS_URL (default redis://127.0.0.1:6379), or against a throwaway
+# redis-server the demo starts when nothing answers there.
+LAB := bucket drain refill race boundary skew
+.PHONY: $(LAB) simulate
+
+$(LAB): deps
+	@$(GO) run ./cmd/tollgate demo $@
