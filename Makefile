@@ -31,3 +31,9 @@ LAB := bucket drain refill race boundary skew
 
 $(LAB): deps
 	@$(GO) run ./cmd/tollgate demo $@
+
+# simulate regenerates the tables and charts of README "Choosing an
+# algorithm": docs/simulate/<pattern>.md and .svg. -redis replays every
+# decision through a real Redis to measure its state (MEMORY USAGE).
+simulate: deps
+	$(GO) run ./cmd/tollgate simulate -redis -out docs/simulate

@@ -79,7 +79,7 @@ func Connect(ctx context.Context, url string, log io.Writer) (*Redis, error) {
 	if serr != nil {
 		return nil, fmt.Errorf("lab: nothing answers at %s (%v), and starting a throwaway redis-server failed: %w", url, err, serr)
 	}
-	fmt.Fprintf(log, "lab: nothing answers at %s; started a throwaway redis-server at %s (stopped when the demo ends)\n", url, srv.Addr())
+	fmt.Fprintf(log, "lab: nothing answers at %s; started a throwaway redis-server at %s (stopped when done)\n", url, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	return &Redis{Client: rdb, URL: srv.URL(), Throwaway: true, server: srv}, nil
 }

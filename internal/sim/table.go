@@ -65,10 +65,14 @@ func vsLog(r Result) string {
 		return "0"
 	}
 	d := 100 * float64(r.Admitted-r.LogAdmitted) / float64(r.LogAdmitted)
+	sign, prec := "+", 1
 	if d < 0 {
-		return "−" + strconv.FormatFloat(-d, 'f', 1, 64) + "%"
+		sign, d = "−", -d
 	}
-	return "+" + strconv.FormatFloat(d, 'f', 1, 64) + "%"
+	if d < 0.1 {
+		prec = 2
+	}
+	return sign + strconv.FormatFloat(d, 'f', prec, 64) + "%"
 }
 
 // underText prints Under, or a dash where it does not apply.
