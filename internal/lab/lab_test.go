@@ -222,6 +222,21 @@ func TestRace(t *testing.T) {
 	}
 }
 
+func TestRaceRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	spawn := func(ctx context.Context, args []string) *exec.Cmd { return exec.CommandContext(ctx, "false") }
+	for _, cfg := range []lab.RaceConfig{
+		{},                  // no URL, no Spawn
+		{URL: server.URL()}, // no Spawn
+		{Spawn: spawn},      // no URL
+		{URL: server.URL(), Spawn: spawn, Requests: -1},
+	} {
+		if _, err := lab.Race(context.Background(), server.Client(t), &bytes.Buffer{}, cfg); err == nil {
+			t.Errorf("Race(%+v): no error", cfg)
+		}
+	}
+}
+
 func TestRaceWorkerBadArguments(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{

@@ -77,13 +77,16 @@ type RaceRun struct {
 // decrement; the script admits exactly burst + refill, and Race checks that
 // to the unit, from the state the script left.
 func Race(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg RaceConfig) ([2]RaceRun, error) {
+	var runs [2]RaceRun
+	if cfg.URL == "" || cfg.Spawn == nil || cfg.Goroutines < 0 || cfg.Requests < 0 {
+		return runs, errors.New("lab: race: the config needs the URL of the Redis and a Spawn function, and no negative counts")
+	}
 	if cfg.Goroutines == 0 {
 		cfg.Goroutines = 32
 	}
 	if cfg.Requests == 0 {
 		cfg.Requests = 1000
 	}
-	var runs [2]RaceRun
 	fmt.Fprintf(w, "# %s on one key; a first call takes %d tokens, then 2 processes × %d goroutines × %d requests race for the rest (Redis time)\n",
 		describe(RaceLimit), raceFirst, cfg.Goroutines, cfg.Requests)
 	for i, mode := range []string{RaceNaive, RaceLua} {
@@ -373,9 +376,15 @@ func naiveBucket(ctx context.Context, rdb *redis.Client, key string, p tollgate.
 	t := now.Val().UnixMicro()
 	capacity := p.Burst * p.Unit
 	tokens, ts := capacity, t
-	if v := st.Val(); v[0] != nil && v[1] != nil {
-		tokens, _ = strconv.ParseInt(v[0].(string), 10, 64)
-		ts, _ = strconv.ParseInt(v[1].(string), 10, 64)
+	if v := st.Val(); len(v) == 2 && v[0] != nil {
+		s0, ok0 := v[0].(string)
+		s1, ok1 := v[1].(string)
+		var err0, err1 error
+		tokens, err0 = strconv.ParseInt(s0, 10, 64)
+		ts, err1 = strconv.ParseInt(s1, 10, 64)
+		if !ok0 || !ok1 || err0 != nil || err1 != nil {
+			return false, fmt.Errorf("%s holds %v, not a bucket", key, v)
+		}
 	}
 	if t > ts {
 		tokens = min(capacity, tokens+(t-ts)*p.UnitRate)
