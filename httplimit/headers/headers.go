@@ -23,7 +23,8 @@
 //     seconds never gets a 429 from this policy.
 //   - RateLimit-Reset (seconds from now) and X-RateLimit-Reset (a Unix time,
 //     as GitHub sends it) carry the same instant as t. RateLimit-Limit and
-//     X-RateLimit-Limit carry q.
+//     X-RateLimit-Limit carry the most Remaining can be: Burst for the bucket
+//     algorithms, q for the window ones.
 //   - Retry-After: whole seconds, rounded up, at least 1, set only when a
 //     binding decision denied the request. Rounding down would bring the
 //     client back a fraction of a second early, to a second 429.
@@ -253,7 +254,7 @@ func Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
 	b := Binding(ds)
 	if b >= 0 && f&(RateLimitFields|XRateLimit) != 0 {
 		d := &ds[b]
-		q, _ := Quota(d.Result.Limit)
+		q := singleLimit(d.Result.Limit)
 		reset := resetSeconds(&d.Result)
 		if f&RateLimitFields != 0 {
 			buf = strconv.AppendInt(buf, q, 10)
@@ -289,6 +290,21 @@ func Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
 		start = ends[i]
 		h[names[i]] = vals[i : i+1 : i+1]
 	}
+}
+
+// singleLimit is the number RateLimit-Limit and X-RateLimit-Limit carry:
+// the most Remaining can ever be, so that clients reading the pair see
+// Remaining count down from Limit. That is Burst for the bucket algorithms
+// and q for the window ones.
+func singleLimit(l tollgate.Limit) int64 {
+	switch l.Algorithm {
+	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
+		if l.Burst > 0 {
+			return int64(l.Burst)
+		}
+	}
+	q, _ := Quota(l)
+	return q
 }
 
 // resetSeconds is the t parameter: when the request was denied, the first

@@ -315,3 +315,17 @@ func TestSeconds(t *testing.T) {
 		}
 	}
 }
+
+// The single-value Limit is what Remaining counts down from: Burst for a
+// bucket whose burst differs from its rate.
+func TestSingleLimitIsBurst(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	headers.Write(h, headers.XRateLimit, t0, headers.Decision{
+		Policy: "api",
+		Result: tollgate.Result{Allowed: true, Limit: tollgate.Limit{Rate: 10, Period: time.Second, Burst: 20}, Remaining: 19, ResetAfter: 100 * time.Millisecond},
+	})
+	if got := h.Get("X-RateLimit-Limit"); got != "20" {
+		t.Errorf("X-RateLimit-Limit = %q, want 20 (the burst)", got)
+	}
+}
