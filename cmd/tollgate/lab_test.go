@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,8 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/sim"
+	"github.com/tollgate/tollgate/redisstore"
 )
 
 // runCmd runs the tollgate command line with env and returns its exit code,
@@ -152,6 +156,26 @@ func TestSimulateDocsAreCurrent(t *testing.T) {
 			if !bytes.Equal(got, committed) {
 				t.Errorf("docs/simulate/%s%s is not what `tollgate simulate` writes now: regenerate it with `make simulate`", p, ext)
 			}
+		}
+	}
+}
+
+// TestReadmeBucketSHA: README's example of make bucket shows the SHA of the
+// script as it is now.
+func TestReadmeBucketSHA(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := redisstore.Source(tollgate.TokenBucket)
+	sum := sha1.Sum([]byte(src))
+	for _, want := range []string{
+		"sha=" + hex.EncodeToString(sum[:]),
+		fmt.Sprintf("lua/token_bucket.lua, %d bytes)", len(src)),
+	} {
+		if !bytes.Contains(readme, []byte(want)) {
+			t.Errorf("README.md's make bucket example lacks %q: update it from `make bucket`", want)
 		}
 	}
 }
