@@ -166,12 +166,14 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	} else {
 		reply, err = scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
 	}
+	// Errors name the algorithm, not the key: keys hold client addresses and
+	// API keys, and these errors end up in logs.
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
+		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
 	}
 	v, err := parseReply(reply)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
+		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
 	}
 	res.Allowed = v[0] == 1
 	res.Remaining = int(v[1])
@@ -211,7 +213,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	if err := s.client.Del(ctx, s.Key(key, limit)).Err(); err != nil {
-		return fmt.Errorf("redisstore: reset %s: %w", s.Key(key, limit), err)
+		return fmt.Errorf("redisstore: reset %s: %w", limit.Algorithm, err)
 	}
 	return nil
 }

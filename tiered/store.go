@@ -256,7 +256,7 @@ func (s *Store) callGlobal(ctx context.Context, key string, limit tollgate.Limit
 		return res, errCallerGone
 	}
 	s.stats.globalErrors.Add(1)
-	s.log.Debug("tiered: global store failed", "key", key, "limit", limit.String(), "err", err)
+	s.log.Debug("tiered: global store failed", "limit", limit.String(), "err", err) // not the key: it may be a client address or an API key
 	s.breaker.failure(probe, s.now(), err)
 	return res, err
 }
