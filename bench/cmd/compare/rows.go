@@ -34,7 +34,8 @@ type row struct {
 // The limit every Redis row decides under: far above what 10,000 keys see
 // at these rates, so every decision is admitted and writes (the usual
 // path). The "abusive" rows use abusive instead: 6 per minute with a burst
-// of 1, about 1% of what each key is sent, so 99% of decisions are denials.
+// of 1, a few percent or less of what each key is sent, so nearly all
+// decisions are denials (97.5% at 40,000 decisions/s over 10,000 keys).
 var (
 	perSecond = 1000
 	abusive   = tollgate.Limit{Rate: 6, Period: time.Minute, Burst: 1}
