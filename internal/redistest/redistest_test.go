@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -219,6 +220,16 @@ func TestServerPauseResume(t *testing.T) {
 	}
 	if err := rc.Set(ctxTimeout(t, 5*time.Second), "k", "v", 0).Err(); err != nil {
 		t.Fatalf("SET after Resume: %v", err)
+	}
+}
+
+func TestSpawnerFunc(t *testing.T) {
+	t.Parallel()
+	NewServer(t)
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if !strings.Contains(stacks, "\n"+SpawnerFunc+"()") {
+		t.Errorf("no goroutine runs %s:\n%s", SpawnerFunc, stacks)
 	}
 }
 

@@ -37,6 +37,13 @@ const (
 	sentinelFileName = "sentinel.conf"
 )
 
+// SpawnerFunc is the function of the one goroutine the package keeps for the
+// life of a test binary once it has started a process (on Linux, every
+// redis-server is forked from one locked thread; see proc_linux.go).
+// Goroutine leak checks ignore it, e.g.
+// goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(redistest.SpawnerFunc)).
+const SpawnerFunc = "github.com/tollgate/tollgate/internal/redistest.spawner"
+
 // errAddrInUse marks a start that failed because a port was taken between
 // choosing it and redis-server binding it.
 var errAddrInUse = errors.New("address already in use")

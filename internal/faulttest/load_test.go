@@ -1,0 +1,300 @@
+package faulttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+)
+
+// A call is what a load goroutine decides on: key, limit and cost.
+type call struct {
+	key   string
+	limit tollgate.Limit
+	n     int
+}
+
+// A load makes decisions from many goroutines, each as fast as it can,
+// until stop, and records for each goroutine what a fault looked like to
+// it: when its first and last decisions failed, when it succeeded again,
+// how long each call took, and what the errors were.
+type load struct {
+	lim     *tollgate.Limiter
+	late    time.Duration // a call that takes longer is counted late
+	stopped chan struct{}
+	wg      sync.WaitGroup
+	workers []*worker
+}
+
+// worker is one goroutine's record. Its mutex is only contended when the
+// test reads a summary.
+type worker struct {
+	mu         sync.Mutex
+	calls      int
+	errs       int
+	allowed    int
+	admitted   map[string]int // allowed decisions per key, for keys tracked by count
+	maxDur     time.Duration
+	errDurSum  time.Duration
+	errDurMax  time.Duration
+	late       int
+	firstErr   time.Time // when the first failed call returned
+	lastErr    time.Time // when the last failed call returned
+	lastOK     time.Time // when the last successful call returned
+	okAfterErr time.Time // when the first success after lastErr returned; zero if none yet
+	classes    map[string]int
+	samples    map[string]string
+	panics     []string
+}
+
+// startLoad starts goroutines that call lim.AllowN with what next returns
+// for goroutine g's i-th call. Calls taking longer than late are counted.
+// Keys listed in counted also have their admitted decisions counted. The
+// load stops by itself when the test ends.
+func startLoad(t *testing.T, lim *tollgate.Limiter, goroutines int, late time.Duration, counted []string, next func(g, i int) call) *load {
+	t.Helper()
+	l := &load{lim: lim, late: late, stopped: make(chan struct{})}
+	for g := range goroutines {
+		w := &worker{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}}
+		for _, k := range counted {
+			w.admitted[k] = 0
+		}
+		l.workers = append(l.workers, w)
+		l.wg.Go(func() { w.run(l, g, next) })
+	}
+	t.Cleanup(func() { l.stop() })
+	return l
+}
+
+func (w *worker) run(l *load, g int, next func(g, i int) call) {
+	for i := 0; ; i++ {
+		select {
+		case <-l.stopped:
+			return
+		default:
+		}
+		c := next(g, i)
+		if !w.decide(l, c) {
+			return
+		}
+	}
+}
+
+// decide makes one decision and records it; it returns false if the call
+// panicked (the panic is recorded, and the goroutine stops).
+func (w *worker) decide(l *load, c call) (ok bool) {
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			w.mu.Lock()
+			w.panics = append(w.panics, fmt.Sprintf("%v\n%s", p, debug.Stack()))
+			w.mu.Unlock()
+			ok = false
+		}
+	}()
+	res, err := l.lim.AllowN(context.Background(), c.key, c.limit, c.n)
+	end := time.Now()
+	d := end.Sub(start)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls++
+	w.maxDur = max(w.maxDur, d)
+	if d > l.late {
+		w.late++
+	}
+	if err != nil {
+		w.errs++
+		w.errDurSum += d
+		w.errDurMax = max(w.errDurMax, d)
+		if w.firstErr.IsZero() {
+			w.firstErr = end
+		}
+		w.lastErr, w.okAfterErr = end, time.Time{}
+		class := classify(err)
+		if w.classes[class]++; w.classes[class] == 1 {
+			w.samples[class] = err.Error()
+		}
+		return true
+	}
+	w.lastOK = end
+	if !w.lastErr.IsZero() && w.okAfterErr.IsZero() {
+		w.okAfterErr = end
+	}
+	if res.Allowed {
+		w.allowed++
+		if n, ok := w.admitted[c.key]; ok {
+			w.admitted[c.key] = n + c.n
+		}
+	}
+	return true
+}
+
+// stop stops the goroutines and waits for them. It is idempotent.
+func (l *load) stop() {
+	select {
+	case <-l.stopped:
+	default:
+		close(l.stopped)
+	}
+	l.wg.Wait()
+}
+
+// summary is every worker's record merged.
+type summary struct {
+	calls, errs, allowed, late int
+	maxDur                     time.Duration
+	errDurMean, errDurMax      time.Duration
+	// firstErr is when the first failed call returned, in any goroutine.
+	firstErr time.Time
+	// recovered is when the last goroutine to have failed first
+	// succeeded again after its last failure; zero while any goroutine
+	// that failed has not.
+	recovered time.Time
+	// allOKSince is the earliest time every goroutine has had a successful
+	// call since: the minimum of their last successes.
+	allOKSince time.Time
+	admitted   map[string]int
+	classes    map[string]int
+	samples    map[string]string
+	panics     []string
+}
+
+func (l *load) summary() summary {
+	s := summary{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}}
+	stillFailing := false
+	for i, w := range l.workers {
+		w.mu.Lock()
+		s.calls += w.calls
+		s.errs += w.errs
+		s.allowed += w.allowed
+		s.late += w.late
+		s.maxDur = max(s.maxDur, w.maxDur)
+		s.errDurMean += w.errDurSum
+		s.errDurMax = max(s.errDurMax, w.errDurMax)
+		if !w.firstErr.IsZero() && (s.firstErr.IsZero() || w.firstErr.Before(s.firstErr)) {
+			s.firstErr = w.firstErr
+		}
+		if !w.lastErr.IsZero() {
+			if w.okAfterErr.IsZero() {
+				stillFailing = true
+			} else if w.okAfterErr.After(s.recovered) {
+				s.recovered = w.okAfterErr
+			}
+		}
+		if i == 0 || w.lastOK.Before(s.allOKSince) {
+			s.allOKSince = w.lastOK
+		}
+		for k, n := range w.admitted {
+			s.admitted[k] += n
+		}
+		for c, n := range w.classes {
+			s.classes[c] += n
+			if _, ok := s.samples[c]; !ok {
+				s.samples[c] = w.samples[c]
+			}
+		}
+		s.panics = append(s.panics, w.panics...)
+		w.mu.Unlock()
+	}
+	if s.errs > 0 {
+		s.errDurMean /= time.Duration(s.errs)
+	}
+	if stillFailing {
+		s.recovered = time.Time{}
+	}
+	return s
+}
+
+// waitAllOK waits until every goroutine has had a successful call that
+// returned after since, or ctx ends; it returns the summary at that moment.
+func (l *load) waitAllOK(ctx context.Context, since time.Time) (summary, error) {
+	for {
+		s := l.summary()
+		if !s.allOKSince.IsZero() && s.allOKSince.After(since) {
+			return s, nil
+		}
+		if len(s.panics) > 0 {
+			return s, fmt.Errorf("a decision panicked:\n%s", s.panics[0])
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("not every goroutine has succeeded since %v: %w", since.Format(time.StampMicro), ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// String reports a summary for test logs.
+func (s summary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d calls, %d allowed, %d failed", s.calls, s.allowed, s.errs)
+	if s.errs > 0 {
+		fmt.Fprintf(&b, " (mean %v, max %v each)", s.errDurMean.Round(time.Microsecond), s.errDurMax.Round(time.Microsecond))
+	}
+	fmt.Fprintf(&b, "; slowest call %v", s.maxDur.Round(time.Microsecond))
+	for _, c := range slices.Sorted(maps.Keys(s.classes)) {
+		fmt.Fprintf(&b, "\n  %6d × %s, e.g. %s", s.classes[c], c, s.samples[c])
+	}
+	return b.String()
+}
+
+// check fails t if any decision panicked or returned an error that no
+// failure of Redis should cause: CROSSSLOT (the keys of one decision in two
+// slots), a malformed reply, or a rejected request.
+func (s summary) check(t *testing.T) {
+	t.Helper()
+	for _, p := range s.panics {
+		t.Errorf("a decision panicked: %s", p)
+	}
+	for c, sample := range s.samples {
+		switch {
+		case c == "CROSSSLOT" || strings.Contains(sample, "CROSSSLOT"):
+			t.Errorf("%d decisions failed with CROSSSLOT: %s", s.classes[c], sample)
+		case strings.Contains(sample, "unexpected reply"):
+			t.Errorf("%d decisions got a malformed reply: %s", s.classes[c], sample)
+		case c == "invalid request":
+			t.Errorf("%d decisions were rejected: %s", s.classes[c], sample)
+		}
+	}
+}
+
+// classify names the kind of failure err is, for counting.
+func classify(err error) string {
+	msg := err.Error()
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, tollgate.ErrInvalidKey), errors.Is(err, tollgate.ErrInvalidLimit),
+		errors.Is(err, tollgate.ErrInvalidCost), errors.Is(err, tollgate.ErrCostExceedsBurst):
+		return "invalid request"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "context deadline exceeded"
+	case strings.Contains(msg, "connection refused"):
+		return "connection refused"
+	case strings.Contains(msg, "connection reset"):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "EOF"
+	case strings.Contains(msg, "i/o timeout"):
+		return "i/o timeout"
+	case errors.Is(err, redis.ErrPoolTimeout):
+		return "pool timeout"
+	case errors.As(err, &rerr):
+		// A Redis error reply: its first word is its kind (MOVED,
+		// CLUSTERDOWN, NOSCRIPT, LOADING, CROSSSLOT, ...).
+		kind, _, _ := strings.Cut(rerr.Error(), " ")
+		return kind
+	}
+	return "other"
+}
