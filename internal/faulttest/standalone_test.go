@@ -92,8 +92,8 @@ func spread(prefix string) func(g, i int) call {
 }
 
 // warmUp waits until every goroutine of l has made a decision and then for
-// a window of 200 ms in which no decision failed, and returns the summary at
-// its end. Decisions may fail before that — the first ones dial, and load
+// a window of 200 ms in which no decision failed, marks l (see load.mark)
+// and returns its summary. Decisions may fail before that — the first ones dial, and load
 // the scripts, on two busy cores with the race detector — but a healthy
 // Redis must give a clean window within a few tries.
 func warmUp(t *testing.T, ctx context.Context, l *load) summary {
@@ -106,7 +106,8 @@ func warmUp(t *testing.T, ctx context.Context, l *load) summary {
 		time.Sleep(200 * time.Millisecond)
 		s := l.summary()
 		if s.errs == prev.errs {
-			return s
+			l.mark()
+			return l.summary()
 		}
 		prev = s
 	}
@@ -124,7 +125,7 @@ func TestKilledAndRestarted(t *testing.T) {
 			s := redistest.NewServer(t)
 			lim := newLimiter(newClient(t, p.opts(s.Addr())))
 			ctx := ctxTimeout(t, 30*time.Second)
-			l := startLoad(t, lim, goroutines, deadline+margin, nil, spread(key(t)))
+			l := startLoad(t, lim, goroutines, spread(key(t)))
 			healthy := warmUp(t, ctx, l)
 
 			killed := time.Now()
@@ -153,9 +154,6 @@ func TestKilledAndRestarted(t *testing.T) {
 			if end.recovered.IsZero() {
 				t.Error("some goroutine never succeeded again after Redis came back")
 			}
-			if end.late > 0 {
-				t.Errorf("%d decisions took longer than deadline %v + margin %v; the slowest %v", end.late, deadline, margin, end.maxDur)
-			}
 			t.Logf("killed for %v: %d decisions failed while down; first failure %v after the kill; "+
 				"Start took %v; every goroutine succeeded again %v after Start began; %d decisions failed after Start returned\n%v",
 				outage, down.errs-healthy.errs, end.firstErr.Sub(killed).Round(time.Microsecond),
@@ -179,7 +177,7 @@ func TestPaused(t *testing.T) {
 			client := newClient(t, p.opts(s.Addr()))
 			lim := newLimiter(client)
 			ctx := ctxTimeout(t, 30*time.Second)
-			l := startLoad(t, lim, goroutines, deadline+margin, nil, spread(key(t)))
+			l := startLoad(t, lim, goroutines, spread(key(t)))
 			healthy := warmUp(t, ctx, l)
 			before := measure()
 
@@ -204,9 +202,6 @@ func TestPaused(t *testing.T) {
 
 			if got := down.errs - healthy.errs; got == 0 {
 				t.Errorf("no decision failed in %v of a paused Redis", pause)
-			}
-			if end.late > 0 {
-				t.Errorf("%d decisions took longer than deadline %v + margin %v; the slowest %v", end.late, deadline, margin, end.maxDur)
 			}
 			checkGoroutines(t, client, before, peak)
 			t.Logf("paused for %v: %d decisions failed, first %v after SIGSTOP, slowest call %v (deadline %v); "+
@@ -236,7 +231,7 @@ func TestLongOutageMemory(t *testing.T) {
 	client := newClient(t, profiles[1].opts(s.Addr()))
 	lim := newLimiter(client)
 	ctx := ctxTimeout(t, 30*time.Second)
-	l := startLoad(t, lim, goroutines, deadline+margin, nil, spread(key(t)))
+	l := startLoad(t, lim, goroutines, spread(key(t)))
 	healthy := warmUp(t, ctx, l)
 	before := measure()
 
