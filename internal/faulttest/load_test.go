@@ -53,7 +53,7 @@ type worker struct {
 	maxDur     time.Duration
 	errDurSum  time.Duration
 	errDurMax  time.Duration
-	late       int // calls longer than deadline + margin
+	late       int       // calls longer than deadline + margin
 	firstErr   time.Time // when the first failed call since the last mark returned
 	okAfter    time.Time // when the first success after firstErr returned; zero if none yet
 	lastErr    time.Time // when the last failed call returned
