@@ -225,7 +225,7 @@ func TestLongOutageMemory(t *testing.T) {
 	const (
 		failures  = 40_000
 		growth    = 2 << 20
-		maxOutage = 15 * time.Second
+		maxOutage = 20 * time.Second
 	)
 	s := redistest.NewServer(t)
 	client := newClient(t, profiles[1].opts(s.Addr()))

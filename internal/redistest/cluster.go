@@ -42,9 +42,11 @@ type Cluster struct {
 // StartCluster starts masters*(1+replicasPerMaster) cluster-enabled
 // redis-server processes, assigns all 16384 slots evenly to the masters, joins
 // the nodes, attaches the replicas, and waits until every node reports
-// cluster_state:ok and the same complete slot map. masters <= 0 means 3. It is
-// meant for TestMain; the caller must call Close. Tests should use NewCluster.
-func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
+// cluster_state:ok and the same complete slot map. masters <= 0 means 3.
+// Options apply to every node, e.g. WithArgs("--cluster-require-full-coverage",
+// "no"). It is meant for TestMain; the caller must call Close. Tests should
+// use NewCluster.
+func StartCluster(masters, replicasPerMaster int, opts ...Option) (*Cluster, error) {
 	if masters <= 0 {
 		masters = defaultMasters
 	}
@@ -62,7 +64,7 @@ func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
 	errs := make([]error, len(c.Nodes))
 	var wg sync.WaitGroup
 	for i := range c.Nodes {
-		wg.Go(func() { c.Nodes[i], errs[i] = StartServer(withCluster()) })
+		wg.Go(func() { c.Nodes[i], errs[i] = StartServer(append([]Option{withCluster()}, opts...)...) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -80,9 +82,9 @@ func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
 
 // NewCluster starts a cluster like StartCluster, calls tb.Fatal if that fails
 // and registers Close with tb.Cleanup.
-func NewCluster(tb testing.TB, masters, replicasPerMaster int) *Cluster {
+func NewCluster(tb testing.TB, masters, replicasPerMaster int, opts ...Option) *Cluster {
 	tb.Helper()
-	c, err := StartCluster(masters, replicasPerMaster)
+	c, err := StartCluster(masters, replicasPerMaster, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
