@@ -51,3 +51,40 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllowPipelined is BenchmarkAllow with WithPipeline: the same 64
+// goroutines' decisions go to Redis in batches of up to 16.
+//
+//	go test -run '^$' -bench Pipelined -benchmem ./redisstore/
+func BenchmarkAllowPipelined(b *testing.B) {
+	const nkeys = 10_000
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = "bench:" + strconv.Itoa(i)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr(), PoolSize: 64})
+	defer rdb.Close()
+	s := redisstore.New(rdb, redisstore.WithPipeline(50*time.Microsecond, 16))
+	ctx := context.Background()
+	if err := s.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, a := range tollgate.Algorithms() {
+		limit := tollgate.Limit{Algorithm: a, Rate: 1000, Period: time.Second, Burst: 1000}
+		b.Run(a.String(), func(b *testing.B) {
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := seq.Add(1)
+					if _, err := s.AllowN(ctx, keys[i%nkeys], limit, 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -79,6 +79,9 @@ type Store struct {
 	client redis.UniversalClient
 	prefix string
 	now    func() time.Time
+	// pipe, when WithPipeline is given, gathers concurrent decisions into
+	// pipelines; nil sends each decision on its own.
+	pipe *pipeliner
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -105,6 +108,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{client: client, prefix: "tollgate:"}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.pipe != nil {
+		s.pipe.client = client
 	}
 	return s
 }
@@ -154,13 +160,20 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		args = []any{p.Rate, p.PeriodUS, n, now}
 	}
 	rkey := s.Key(key, limit)
-	reply, err := scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+	var reply any
+	if s.pipe != nil {
+		reply, err = s.pipe.run(ctx, p.Algorithm, rkey, args)
+	} else {
+		reply, err = scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+	}
+	// Errors name the algorithm, not the key: keys hold client addresses and
+	// API keys, and these errors end up in logs.
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
+		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
 	}
 	v, err := parseReply(reply)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s on %s: %w", p.Algorithm, rkey, err)
+		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
 	}
 	res.Allowed = v[0] == 1
 	res.Remaining = int(v[1])
@@ -200,7 +213,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	if err := s.client.Del(ctx, s.Key(key, limit)).Err(); err != nil {
-		return fmt.Errorf("redisstore: reset %s: %w", s.Key(key, limit), err)
+		return fmt.Errorf("redisstore: reset %s: %w", limit.Algorithm, err)
 	}
 	return nil
 }

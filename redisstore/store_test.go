@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,7 +139,9 @@ func TestServerTime(t *testing.T) {
 // exact µs: after the burst is spent at 0, token k is due at ⌈k·70/3⌉ µs —
 // denied a µs earlier with RetryAfter 1µs, allowed then. Floating-point
 // tokens drift off this within a few hundred refills. (The burst is large so
-// the bucket never fills up: a full bucket rightly drops further refill.)
+// the bucket never fills up — a full bucket rightly drops further refill —
+// and so that its TTL, the 23 s it takes to refill, outlasts the test in real
+// time: Redis expires keys on its own clock, not the test's.)
 func TestHighRatePrecision(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.LeakyBucket} {
@@ -147,7 +150,7 @@ func TestHighRatePrecision(t *testing.T) {
 			ctx := context.Background()
 			clock := conformance.NewClock()
 			s := redisstore.New(server.Client(t), redisstore.WithClock(clock.Now))
-			limit := tollgate.Limit{Algorithm: alg, Rate: 300_000, Period: 7 * time.Second, Burst: 1000}
+			limit := tollgate.Limit{Algorithm: alg, Rate: 300_000, Period: 7 * time.Second, Burst: 1_000_000}
 			k := key(t)
 			call := func(at int64, n int) tollgate.Result {
 				clock.Set(time.Duration(at) * time.Microsecond)
@@ -381,8 +384,11 @@ func TestCorruptState(t *testing.T) {
 		if err := tc.write(s.Key(k, limit)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AllowN(ctx, k, limit, 1); err == nil {
+		_, err := s.AllowN(ctx, k, limit, 1)
+		if err == nil {
 			t.Errorf("%s on corrupt state: err = nil", tc.alg)
+		} else if strings.Contains(err.Error(), k) {
+			t.Errorf("%s: error %q names the key; keys are client data and errors are logged", tc.alg, err)
 		}
 	}
 }

@@ -96,15 +96,6 @@ func shaped(at time.Duration, n, remaining int, delay, reset time.Duration) step
 	return step{at, n, tollgate.Result{Allowed: true, Remaining: remaining, Delay: delay, ResetAfter: reset}}
 }
 
-// repeat returns k copies of s.
-func repeat(k int, s step) []step {
-	out := make([]step, k)
-	for i := range out {
-		out[i] = s
-	}
-	return out
-}
-
 func join(parts ...[]step) []step {
 	var out []step
 	for _, p := range parts {

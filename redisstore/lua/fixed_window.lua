@@ -29,7 +29,7 @@ local st = redis.call('HMGET', key, 'w', 'c')
 if st[1] then
   local w, c = tonumber(st[1]), tonumber(st[2])
   if not (w and c) then
-    return corrupt(key)
+    return corrupt()
   end
   if w >= window then
     window, count = w, c

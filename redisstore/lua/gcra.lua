@@ -29,7 +29,7 @@ local v = redis.call('GET', key)
 if v then
   local t = tonumber(v)
   if not t then
-    return corrupt(key)
+    return corrupt()
   end
   if t > now then
     tat = t

@@ -35,7 +35,7 @@ if st[1] then
   level, ts = tonumber(st[1]), tonumber(st[2])
   local u = tonumber(st[3])
   if not (level and ts and u) then
-    return corrupt(key)
+    return corrupt()
   end
   if u ~= unit then
     level = math.floor(level / u * unit)

@@ -51,6 +51,8 @@ local function expire(key, us)
 end
 
 -- corrupt stops the script when a key holds something tollgate did not write.
-local function corrupt(key)
-  return redis.error_reply('tollgate: unexpected state in ' .. key)
+-- The key's name stays out of the message: it holds client addresses and
+-- API keys, and errors end up in logs.
+local function corrupt()
+  return redis.error_reply('tollgate: unexpected state (delete the key to start afresh)')
 end

@@ -36,7 +36,7 @@ local st = redis.call('HMGET', key, 'w', 'c', 'p')
 if st[1] then
   local w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
   if not (w and c and p) then
-    return corrupt(key)
+    return corrupt()
   end
   if w >= window then
     window, cur, prev = w, c, p

@@ -34,13 +34,13 @@ local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] then
   newest = tonumber(last[2])
   if not newest then
-    return corrupt(key)
+    return corrupt()
   end
   if newest >= now then
     at = newest
     seq = tonumber(string.match(last[1], ':(%d+)$') or '')
     if not seq then
-      return corrupt(key)
+      return corrupt()
     end
     seq = seq + 1
   end

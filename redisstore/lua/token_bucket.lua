@@ -38,7 +38,7 @@ if st[1] then
   tokens, ts = tonumber(st[1]), tonumber(st[2])
   local u = tonumber(st[3])
   if not (tokens and ts and u) then
-    return corrupt(key)
+    return corrupt()
   end
   if u ~= unit then
     tokens = math.floor(tokens / u * unit)

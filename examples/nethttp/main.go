@@ -1,0 +1,158 @@
+// Command nethttp is a plain net/http service limited by tollgate's
+// middleware: a per-IP limit on /api/, per-API-key plans, a strict
+// fail-closed limit on /login, a dry-run rule being tried out, and the
+// metrics on /metrics.
+//
+//	go run ./examples/nethttp -addr 127.0.0.1:8080                         # memory store
+//	go run ./examples/nethttp -redis redis://127.0.0.1:6379 -trust 127.0.0.1 # shared by replicas, behind a local proxy
+//
+// Then: curl -i localhost:8080/api/items
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/httplimit/clientip"
+	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// plans maps API keys to their plan's limits: your accounts database.
+var plans = map[string][]httplimit.Policy{
+	"free-key": {{Name: "free", Limit: tollgate.PerMinute(5)}},
+	"pro-key":  {{Name: "pro", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 600, Period: time.Minute}}},
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("nethttp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	redisURL := fs.String("redis", "", "Redis URL (redis://host:port); empty: in-process memory store")
+	trust := fs.String("trust", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is trusted")
+	flavor := fs.String("headers", "draft,x-ratelimit", "header flavours: draft, ratelimit, x-ratelimit, all")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	var store tollgate.Store = memorystore.New()
+	if *redisURL != "" {
+		opt, err := redis.ParseURL(*redisURL)
+		if err != nil {
+			fmt.Fprintln(stderr, "nethttp:", err)
+			return 2
+		}
+		opt.ContextTimeoutEnabled = true // let the middleware's deadline bound each call
+		store = redisstore.New(redis.NewClient(opt))
+	}
+	var ipOpts []clientip.Option
+	if *trust != "" {
+		ipOpts = append(ipOpts, clientip.TrustProxies(strings.Split(*trust, ",")...))
+	}
+	ips, err := clientip.New(ipOpts...)
+	if err != nil {
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 2
+	}
+	fl, err := headers.ParseFlavor(*flavor)
+	if err != nil {
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 2
+	}
+
+	reg := prometheus.NewRegistry()
+	lim, err := httplimit.New(store, []httplimit.Rule{
+		{
+			// Everyone, by IP: 10 per second with bursts of 20, 1000 a day.
+			Name:    "api-ip",
+			Pattern: "/api/",
+			Policies: []httplimit.Policy{
+				{Name: "burst", Limit: tollgate.Limit{Rate: 10, Period: time.Second, Burst: 20}},
+				{Name: "daily", Limit: tollgate.PerDay(1000)},
+			},
+		},
+		{
+			// Callers with an API key: their plan's limit.
+			Name:    "api-key",
+			Pattern: "/api/",
+			Key:     httplimit.Header("X-API-Key"),
+			PoliciesFunc: func(r *http.Request) []httplimit.Policy {
+				return plans[r.Header.Get("X-API-Key")]
+			},
+		},
+		{
+			// Login: exact, and closed when the limiter cannot decide.
+			Name:        "login",
+			Pattern:     "POST /login",
+			FailureMode: httplimit.FailClosed,
+			Policies:    []httplimit.Policy{{Name: "login", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: time.Minute}}},
+		},
+		{
+			// A stricter limit being tried out: reported, never enforced.
+			Name:     "api-next",
+			Pattern:  "/api/",
+			DryRun:   true,
+			Policies: []httplimit.Policy{{Name: "next", Limit: tollgate.PerMinute(30)}},
+		},
+	}, httplimit.WithClientIP(ips), httplimit.WithHeaders(fl), httplimit.WithRegistry(reg), httplimit.WithLogger(logger))
+	if err != nil {
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 2
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/items", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `[{"id":1},{"id":2}]`)
+	})
+	mux.HandleFunc("GET /api/items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "{\"id\":%q}\n", r.PathValue("id"))
+	})
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "welcome") })
+	root := http.NewServeMux()
+	root.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // not limited
+	root.Handle("/", lim.Handler(mux))
+
+	srv := &http.Server{Addr: *addr, Handler: root, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	logger.Info("listening", "addr", *addr, "redis", *redisURL != "", "trusted proxies", *trust)
+	select {
+	case err := <-errc:
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 1
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 1
+	}
+	return 0
+}

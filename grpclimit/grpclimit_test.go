@@ -1,0 +1,266 @@
+package grpclimit_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/grpclimit"
+	"github.com/tollgate/tollgate/httplimit/clientip"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+var server *redistest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	if server, err = redistest.StartServer(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Close()
+	os.Exit(code)
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+var backends = []struct {
+	name  string
+	store func(t *testing.T, c *clock) tollgate.Store
+}{
+	{"memory", func(t *testing.T, c *clock) tollgate.Store { return memorystore.New(memorystore.WithClock(c.Now)) }},
+	{"redis", func(t *testing.T, c *clock) tollgate.Store {
+		prefix := "g" + strconv.FormatUint(rand.Uint64(), 36) + ":"
+		return redisstore.New(server.Client(t), redisstore.WithClock(c.Now), redisstore.WithPrefix(prefix))
+	}},
+}
+
+// serve starts a real gRPC server on loopback with the health service behind
+// lim's interceptors, and returns a client connected to it.
+func serve(t *testing.T, lim *grpclimit.Limiter) healthpb.HealthClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()),
+	)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func mustNew(t *testing.T, store tollgate.Store, rules []grpclimit.Rule, opts ...grpclimit.Option) *grpclimit.Limiter {
+	t.Helper()
+	lim, err := grpclimit.New(store, rules, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+func check(ctx context.Context, c healthpb.HealthClient, md metadata.MD) (metadata.MD, error) {
+	var header metadata.MD
+	if md != nil {
+		ctx = metadata.NewOutgoingContext(ctx, md)
+	}
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))
+	return header, err
+}
+
+func TestUnary(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			lim := mustNew(t, b.store(t, newClock()), []grpclimit.Rule{{
+				Name:     "health",
+				Method:   "/grpc.health.v1.Health/Check",
+				Policies: []grpclimit.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
+			}})
+			c := serve(t, lim)
+			ctx := context.Background()
+			for i := 1; i <= 2; i++ {
+				md, err := check(ctx, c, nil)
+				if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				list, err := httpsfv.UnmarshalList(md.Get("ratelimit"))
+				if err != nil || len(list) != 1 {
+					t.Fatalf("call %d: ratelimit metadata %q: %v", i, md.Get("ratelimit"), err)
+				}
+				it := list[0].(httpsfv.Item)
+				if r, _ := it.Params.Get("r"); it.Value != "checks" || r != int64(2-i) {
+					t.Errorf("call %d: ratelimit = %q, want checks with r=%d", i, md.Get("ratelimit"), 2-i)
+				}
+			}
+			md, err := check(ctx, c, nil)
+			st := status.Convert(err)
+			if st.Code() != codes.ResourceExhausted {
+				t.Fatalf("call 3: %v, want RESOURCE_EXHAUSTED", err)
+			}
+			var retry *errdetails.RetryInfo
+			var quota *errdetails.QuotaFailure
+			for _, d := range st.Details() {
+				switch d := d.(type) {
+				case *errdetails.RetryInfo:
+					retry = d
+				case *errdetails.QuotaFailure:
+					quota = d
+				}
+			}
+			// 2 per minute: the next token comes 30 s after the first.
+			if retry == nil || retry.GetRetryDelay().AsDuration() != 30*time.Second {
+				t.Errorf("RetryInfo = %v, want a delay of 30s", retry)
+			}
+			if quota == nil || len(quota.Violations) != 1 || quota.Violations[0].Subject != "rule:health policy:checks" {
+				t.Errorf("QuotaFailure = %v", quota)
+			}
+			if got := md.Get("retry-after"); len(got) != 1 || got[0] != "30" {
+				t.Errorf("retry-after metadata = %q, want 30", got)
+			}
+			// Another method is not limited by this rule.
+			if _, err := c.List(ctx, &healthpb.HealthListRequest{}); err != nil {
+				t.Errorf("List: %v", err)
+			}
+		})
+	}
+}
+
+func TestStream(t *testing.T) {
+	t.Parallel()
+	lim := mustNew(t, memorystore.New(), []grpclimit.Rule{{
+		Name:     "watch",
+		Method:   "/grpc.health.v1.Health/*",
+		Key:      grpclimit.Metadata("x-api-key"),
+		Policies: []grpclimit.Policy{{Name: "streams", Limit: tollgate.PerMinute(1)}},
+	}})
+	c := serve(t, lim)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(key string) error {
+		sctx := metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+		s, err := c.Watch(sctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	if err := open("tenant-a"); err != nil {
+		t.Fatalf("first stream: %v", err)
+	}
+	if err := open("tenant-a"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("second stream of tenant-a: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := open("tenant-b"); err != nil {
+		t.Errorf("tenant-b, isolated from tenant-a: %v", err)
+	}
+}
+
+// The peer's address is the key; forwarding metadata counts only from a
+// trusted proxy, walking from the right.
+func TestPeerAndSpoofing(t *testing.T) {
+	t.Parallel()
+	rules := []grpclimit.Rule{{Name: "ip", Policies: []grpclimit.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}}}}
+	calls := func(c healthpb.HealthClient, xffs ...string) []codes.Code {
+		var out []codes.Code
+		for _, x := range xffs {
+			_, err := check(context.Background(), c, metadata.Pairs("x-forwarded-for", x))
+			out = append(out, status.Code(err))
+		}
+		return out
+	}
+	untrusted := serve(t, mustNew(t, memorystore.New(), rules))
+	got := calls(untrusted, "198.51.100.1", "198.51.100.2", "198.51.100.3")
+	if want := []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("untrusted peer: %v, want %v (spoofed metadata ignored)", got, want)
+	}
+	trusted := serve(t, mustNew(t, memorystore.New(), rules,
+		grpclimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("127.0.0.1")))))
+	got = calls(trusted, "6.6.6.1, 203.0.113.7", "6.6.6.2, 203.0.113.7", "6.6.6.3, 203.0.113.7", "203.0.113.8")
+	if want := []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted, codes.OK}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("trusted proxy: %v, want %v", got, want)
+	}
+}
+
+// Redis killed: fail-closed answers UNAVAILABLE with RetryInfo, fail-open
+// lets the call through.
+func TestRedisStopped(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewServer(t)
+	limit := []grpclimit.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
+	lim := mustNew(t, redisstore.New(srv.Client(t)), []grpclimit.Rule{
+		{Name: "check", Method: "/grpc.health.v1.Health/Check", FailureMode: grpclimit.FailClosed, Policies: limit},
+		{Name: "list", Method: "/grpc.health.v1.Health/List", FailureMode: grpclimit.FailOpen, Policies: limit},
+	})
+	c := serve(t, lim)
+	ctx := context.Background()
+	if _, err := check(ctx, c, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := check(ctx, c, nil)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || len(st.Details()) != 1 {
+		t.Errorf("fail-closed with Redis down: %v (details %v), want UNAVAILABLE with RetryInfo", err, st.Details())
+	}
+	if _, err := c.List(ctx, &healthpb.HealthListRequest{}); err != nil {
+		t.Errorf("fail-open with Redis down: %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	ok := []grpclimit.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
+	for _, rules := range [][]grpclimit.Rule{
+		{{Name: "", Policies: ok}},
+		{{Name: "a", Method: "pkg.Svc/M", Policies: ok}},
+		{{Name: "a", Policies: ok}, {Name: "a", Policies: ok}},
+		{{Name: "a", Key: grpclimit.Metadata(""), Policies: ok}},
+		{{Name: "a"}},
+	} {
+		if _, err := grpclimit.New(memorystore.New(), rules); err == nil {
+			t.Errorf("New(%+v) accepted it", rules)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/httplimit/clientip"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+// A per-IP limit on an API behind a load balancer in 10.0.0.0/8: clients
+// are told how much is left on every response, and get a 429 with
+// Retry-After past the limit. With redisstore.New(rdb) instead of the
+// memory store, every replica shares the limit.
+func Example_perIPBehindProxy() {
+	lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
+		Name:    "api",
+		Pattern: "/api/",
+		Policies: []httplimit.Policy{
+			{Name: "burst", Limit: tollgate.PerSecond(2)},
+			{Name: "daily", Limit: tollgate.PerDay(10_000)},
+		},
+	}}, httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/items", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "items") })
+	handler := lim.Handler(mux)
+
+	for i := 0; i < 3; i++ {
+		r := httptest.NewRequest("GET", "/api/items", nil)
+		r.RemoteAddr = "10.0.0.9:40000"                         // the load balancer
+		r.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.7") // spoofed, then the real client
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 RateLimit: "burst";r=1;t=1, "daily";r=9999;t=9 Retry-After: ""
+	// 200 RateLimit: "burst";r=0;t=1, "daily";r=9998;t=18 Retry-After: ""
+	// 429 RateLimit: "burst";r=0;t=1 Retry-After: "1"
+}
+
+// Per-API-key plans: the key's plan picks its limits; each key spends only
+// its own quota.
+func Example_perAPIKeyPlans() {
+	plans := map[string][]httplimit.Policy{
+		"free": {{Name: "free", Limit: tollgate.PerMinute(1)}},
+		"pro":  {{Name: "pro", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 1000, Period: time.Minute}}},
+	}
+	planOf := map[string]string{"key-a": "free", "key-b": "pro"} // your accounts database
+	lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
+		Name: "plans",
+		Key:  httplimit.Header("X-API-Key"),
+		PoliciesFunc: func(r *http.Request) []httplimit.Policy {
+			return plans[planOf[r.Header.Get("X-API-Key")]] // none: the rule does not apply
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	handler := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, key := range []string{"key-a", "key-a", "key-b", "key-b"} {
+		r := httptest.NewRequest("GET", "/report", nil)
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Println(key, w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	// Output:
+	// key-a 200 "free";q=1;w=60
+	// key-a 429 "free";q=1;w=60
+	// key-b 200 "pro";q=1000;w=60
+	// key-b 200 "pro";q=1000;w=60
+}

@@ -1,0 +1,192 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+// server is a real redis-server shared by the tests that do not stop it;
+// each test writes under a prefix of its own instead of flushing.
+var server *redistest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	if server, err = redistest.StartServer(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Close()
+	os.Exit(code)
+}
+
+// clock is a settable clock shared by the store and the test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// backend is a store to run a scenario on, driven by a clock the test owns.
+type backend struct {
+	name  string
+	store func(t *testing.T, c *clock) tollgate.Store
+}
+
+var backends = []backend{
+	{"memory", func(t *testing.T, c *clock) tollgate.Store {
+		return memorystore.New(memorystore.WithClock(c.Now))
+	}},
+	{"redis", func(t *testing.T, c *clock) tollgate.Store {
+		return redisstore.New(server.Client(t), redisstore.WithClock(c.Now), redisstore.WithPrefix(randomPrefix()))
+	}},
+}
+
+func randomPrefix() string { return "t" + strconv.FormatUint(rand.Uint64(), 36) + ":" }
+
+// eachBackend runs f on memorystore and on Redis, in parallel.
+func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, b)
+		})
+	}
+}
+
+func mustNew(t *testing.T, store tollgate.Store, rules []httplimit.Rule, opts ...httplimit.Option) *httplimit.Limiter {
+	t.Helper()
+	lim, err := httplimit.New(store, rules, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.WriteString(w, "ok")
+})
+
+// do sends a request through h in-process, from remote.
+func do(h http.Handler, method, target, remote string, header http.Header) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = remote
+	for k, vs := range header {
+		r.Header[k] = vs
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// sfItem is one member of a structured-field list, parsed.
+type sfItem struct {
+	Name   string
+	Params map[string]any
+}
+
+// parseSF parses a draft field with a structured-field parser, as a client
+// would; it fails the test on anything that is not a list of String items.
+func parseSF(t *testing.T, h http.Header, field string) []sfItem {
+	t.Helper()
+	list, err := httpsfv.UnmarshalList(h.Values(field))
+	if err != nil {
+		t.Fatalf("%s %q: %v", field, h.Values(field), err)
+	}
+	var out []sfItem
+	for _, m := range list {
+		it, ok := m.(httpsfv.Item)
+		if !ok {
+			t.Fatalf("%s: %#v is not an item", field, m)
+		}
+		name, ok := it.Value.(string)
+		if !ok {
+			t.Fatalf("%s: %#v is not a String", field, it.Value)
+		}
+		p := map[string]any{}
+		for _, k := range it.Params.Names() {
+			p[k], _ = it.Params.Get(k)
+		}
+		out = append(out, sfItem{name, p})
+	}
+	return out
+}
+
+// remaining returns r of policy in the RateLimit field, or -1.
+func remaining(t *testing.T, h http.Header, policy string) int64 {
+	t.Helper()
+	for _, it := range parseSF(t, h, "RateLimit") {
+		if it.Name == policy {
+			return it.Params["r"].(int64)
+		}
+	}
+	return -1
+}
+
+func decodeProblem(t *testing.T, resp *http.Response) httplimit.Problem {
+	t.Helper()
+	if got := resp.Header.Get("Content-Type"); got != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json", got)
+	}
+	var p httplimit.Problem
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatalf("problem body: %v", err)
+	}
+	return p
+}
+
+// logRecorder is a slog.Handler that keeps records.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.records = append(l.records, r.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) all() []map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]string
+	for _, r := range l.records {
+		m := map[string]string{"msg": r.Message}
+		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
+		out = append(out, m)
+	}
+	return out
+}

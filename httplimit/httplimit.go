@@ -1,0 +1,429 @@
+// Package httplimit is rate-limiting middleware for net/http: it checks
+// every request against rules before the handler runs, sets the rate-limit
+// headers on every response, and answers 429 with Retry-After and an
+// RFC 9457 problem body when a limit is hit.
+//
+//	lim, err := httplimit.New(store, []httplimit.Rule{{
+//		Name:     "api",
+//		Policies: []httplimit.Policy{{Name: "burst", Limit: tollgate.PerSecond(10)}, {Name: "daily", Limit: tollgate.PerDay(10000)}},
+//	}}, httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
+//	http.ListenAndServe(":8080", lim.Handler(mux))
+//
+// Limiter.Handler has the shape func(http.Handler) http.Handler, so it wraps
+// a ServeMux, goes into chi's Use, or wraps one handler.
+//
+// # Rules
+//
+// A Rule matches requests (a ServeMux-style Pattern such as "POST /login",
+// and/or a Match func), keys them (Key: the client's address by default, or
+// a header, a user, a tenant, the route, everyone, or a composite), and
+// checks one or more Policies — named limits, such as 10/s and 10,000/day —
+// or a PoliciesFunc that picks them per request (free vs pro plans). Every
+// rule that matches a request applies, in order; the first denial stops the
+// checks, so a denied request does not spend the quotas checked after it.
+// Put short windows first.
+//
+// A rule's FailureMode says what happens when the store fails or misses its
+// deadline (WithTimeout, 50 ms by default): FailOpen lets the request
+// through, FailClosed answers 503 with Retry-After. Every failure is counted
+// and logged, at most once per log interval. A DryRun rule counts, reports
+// and logs what it would have done, and never blocks.
+//
+// A policy that is a LeakyBucket with MaxDelay shapes instead of rejecting:
+// the request waits its turn (Result.Delay), bounded by the request's
+// context, before the handler runs.
+//
+// The decisions and the engine behind them live in package enforce; the
+// headers in httplimit/headers; client addresses in httplimit/clientip.
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/httplimit/clientip"
+	"github.com/tollgate/tollgate/httplimit/headers"
+)
+
+// Policy is a named limit (see enforce.Policy).
+type Policy = enforce.Policy
+
+// FailureMode says what a rule does when the store fails (see
+// enforce.FailureMode).
+type FailureMode = enforce.FailureMode
+
+// The failure modes.
+const (
+	FailOpen   = enforce.FailOpen
+	FailClosed = enforce.FailClosed
+)
+
+// Rule says which requests to limit, by what key, under which limits, and
+// what to do when the store fails.
+type Rule struct {
+	// Name identifies the rule in store keys, metrics and logs: 1 to 64
+	// printable ASCII characters without ':'. Required and unique.
+	Name string
+	// Pattern, in net/http.ServeMux syntax ("POST /login",
+	// "GET /users/{id}", "/api/", "api.example.com/"), limits the rule to
+	// the requests it matches; "" matches all. Unlike ServeMux, every rule
+	// that matches applies, not just the most specific.
+	Pattern string
+	// Match, if set, must also return true for the rule to apply.
+	Match func(*http.Request) bool
+	// Key says whom a request is counted against; the zero Key is the
+	// client's address.
+	Key Key
+	// Policies are the limits, checked in order. Two policies of one rule
+	// must differ in algorithm or period.
+	Policies []Policy
+	// PoliciesFunc, if set, picks the policies per request instead (per
+	// plan or per tenant); nil or empty means the rule does not apply.
+	PoliciesFunc func(*http.Request) []Policy
+	// Cost, if set, says how much a request spends (default 1). A cost
+	// below 1 means the request is not counted by this rule.
+	Cost func(*http.Request) int
+	// FailureMode: FailOpen (the default) or FailClosed.
+	FailureMode FailureMode
+	// DryRun rules report (headers, metrics) but never block.
+	DryRun bool
+}
+
+// rule is a Rule prepared for the request path.
+type rule struct {
+	pattern      *pattern
+	match        func(*http.Request) bool
+	key          Key
+	prefix       string // "<name>:<kind>:"
+	policies     []Policy
+	policiesFunc func(*http.Request) []Policy
+	cost         func(*http.Request) int
+	r            *enforce.Rule
+}
+
+// Rejection describes a request the Limiter turns away, for a custom
+// response (WithRejectHandler).
+type Rejection struct {
+	// Status is the status the default response uses: 429 Too Many
+	// Requests; 503 Service Unavailable when a fail-closed rule's store
+	// failed or a shaped request could not wait its turn; 413 Content Too
+	// Large when the request costs more than a policy can ever admit.
+	Status int
+	// Rule and Policy name what rejected the request.
+	Rule, Policy string
+	// Result is the policy's decision (zero when the store failed).
+	Result tollgate.Result
+	// RetryAfter is when to come back; Retry-After is already set to it,
+	// in whole seconds rounded up (0 for a 413: never).
+	RetryAfter time.Duration
+	// Err is the store's error (503), or tollgate.ErrCostExceedsBurst (413).
+	Err error
+}
+
+// Limiter is the middleware. Make one with New and wrap handlers with
+// Handler. It is safe for concurrent use.
+type Limiter struct {
+	rules          []rule
+	ips            *clientip.Resolver
+	flavor         headers.Flavor
+	reject         func(http.ResponseWriter, *http.Request, Rejection)
+	failRetryAfter time.Duration
+	now            func() time.Time
+	wait           func(context.Context, time.Duration) error
+
+	engineOpts []enforce.Option
+	registry   prometheus.Registerer
+	metrics    *enforce.Metrics
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithTimeout bounds each rule's store calls (default 50 ms), so that a
+// slow or hung Redis cannot hold requests; past it the rule's failure mode
+// applies. 0 removes the deadline (for memorystore, which never waits).
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.engineOpts = append(l.engineOpts, enforce.WithTimeout(d)) }
+}
+
+// WithClientIP finds client addresses with r: set it to trust your proxies'
+// forwarding headers. Without it the client is the peer address.
+func WithClientIP(r *clientip.Resolver) Option { return func(l *Limiter) { l.ips = r } }
+
+// WithHeaders selects the header flavours set on every response (default
+// headers.Draft: RateLimit-Policy and RateLimit). Retry-After is set on every
+// rejection whatever the flavour.
+func WithHeaders(f headers.Flavor) Option { return func(l *Limiter) { l.flavor = f } }
+
+// WithRegistry registers the metrics (tollgate_http_decisions_total,
+// tollgate_http_store_duration_seconds, tollgate_http_store_errors_total)
+// on reg. Without it or WithMetrics nothing is recorded.
+func WithRegistry(reg prometheus.Registerer) Option { return func(l *Limiter) { l.registry = reg } }
+
+// WithMetrics records into m, shared with other Limiters or Engines.
+func WithMetrics(m *enforce.Metrics) Option { return func(l *Limiter) { l.metrics = m } }
+
+// WithLogger logs store failures to lg (default slog.Default()).
+func WithLogger(lg *slog.Logger) Option {
+	return func(l *Limiter) { l.engineOpts = append(l.engineOpts, enforce.WithLogger(lg)) }
+}
+
+// WithLogInterval logs store failures at most once per d (default 10 s).
+func WithLogInterval(d time.Duration) Option {
+	return func(l *Limiter) { l.engineOpts = append(l.engineOpts, enforce.WithLogInterval(d)) }
+}
+
+// WithRejectHandler writes rejections with f instead of the default
+// problem+json body. The rate-limit headers and Retry-After are already set
+// when f runs; f writes the status and body.
+func WithRejectHandler(f func(http.ResponseWriter, *http.Request, Rejection)) Option {
+	return func(l *Limiter) { l.reject = f }
+}
+
+// WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
+// (default 1 s).
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return func(l *Limiter) { l.failRetryAfter = d }
+}
+
+// WithClock sets the clock used for X-RateLimit-Reset (default time.Now).
+func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
+
+// New returns a Limiter applying rules against store. It checks every rule
+// and every static policy, and returns the first problem.
+func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
+	l := &Limiter{
+		ips:            &clientip.Resolver{},
+		flavor:         headers.Draft,
+		reject:         WriteProblem,
+		failRetryAfter: time.Second,
+		now:            time.Now,
+		wait:           sleep,
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	if store == nil {
+		return nil, errors.New("httplimit: nil store")
+	}
+	if l.metrics == nil && l.registry != nil {
+		m, err := enforce.NewMetrics(l.registry, "http")
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: %w", err)
+		}
+		l.metrics = m
+	}
+	if l.metrics != nil {
+		l.engineOpts = append(l.engineOpts, enforce.WithMetrics(l.metrics))
+	}
+	engine := enforce.New(store, l.engineOpts...)
+	seen := map[string]bool{}
+	for _, cfg := range rules {
+		rl, err := prepare(engine, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if seen[cfg.Name] {
+			return nil, fmt.Errorf("httplimit: two rules named %q", cfg.Name)
+		}
+		seen[cfg.Name] = true
+		l.rules = append(l.rules, rl)
+	}
+	return l, nil
+}
+
+func prepare(engine *enforce.Engine, cfg Rule) (rule, error) {
+	r, err := engine.Rule(cfg.Name, cfg.FailureMode, cfg.DryRun)
+	if err != nil {
+		return rule{}, fmt.Errorf("httplimit: %w", err)
+	}
+	rl := rule{match: cfg.Match, key: cfg.Key, policies: cfg.Policies, policiesFunc: cfg.PoliciesFunc, cost: cfg.Cost, r: r}
+	if cfg.Pattern != "" {
+		if rl.pattern, err = parsePattern(cfg.Pattern); err != nil {
+			return rule{}, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
+		}
+	}
+	if err := rl.key.check(); err != nil {
+		return rule{}, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
+	}
+	rl.prefix = cfg.Name + ":" + rl.key.kindName() + ":"
+	if cfg.PoliciesFunc == nil {
+		if err := enforce.CheckPolicies(cfg.Policies); err != nil {
+			return rule{}, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
+		}
+	} else if len(cfg.Policies) > 0 {
+		return rule{}, fmt.Errorf("httplimit: rule %q: set Policies or PoliciesFunc, not both", cfg.Name)
+	}
+	return rl, nil
+}
+
+// Handler returns next wrapped by the limiter: each request is checked
+// against the rules before next runs. Its signature is the usual middleware
+// shape, func(http.Handler) http.Handler.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, next)
+	})
+}
+
+const maxDecisions = 8 // on the stack; more policies spill to the heap
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var (
+		decs   [maxDecisions]headers.Decision
+		ds     = decs[:0]
+		keyBuf [160]byte
+		delay  time.Duration
+		ctx    = r.Context()
+	)
+	for i := range l.rules {
+		rl := &l.rules[i]
+		if (rl.pattern != nil && !rl.pattern.match(r)) || (rl.match != nil && !rl.match(r)) {
+			continue
+		}
+		policies := rl.policies
+		if rl.policiesFunc != nil {
+			if policies = rl.policiesFunc(r); len(policies) == 0 {
+				continue
+			}
+		}
+		cost := 1
+		if rl.cost != nil {
+			if cost = rl.cost(r); cost < 1 {
+				continue
+			}
+		}
+		key, ok := storeKey(keyBuf[:], rl.prefix, &rl.key, r, l.ips)
+		if !ok {
+			continue
+		}
+		var v enforce.Verdict
+		v, ds = rl.r.Decide(ctx, key, policies, cost, ds)
+		if v.Outcome.Blocks() {
+			l.writeHeaders(w, ds)
+			l.rejectVerdict(w, r, rl, v)
+			return
+		}
+		delay = max(delay, v.Delay)
+	}
+	l.writeHeaders(w, ds)
+	if delay > 0 {
+		if err := l.wait(ctx, delay); err != nil {
+			l.rejectWith(w, r, Rejection{Status: http.StatusServiceUnavailable, RetryAfter: delay, Err: err})
+			return
+		}
+	}
+	next.ServeHTTP(w, r)
+}
+
+func (l *Limiter) writeHeaders(w http.ResponseWriter, ds []headers.Decision) {
+	if len(ds) == 0 {
+		return
+	}
+	var now time.Time
+	if l.flavor&headers.XRateLimit != 0 {
+		now = l.now() // only X-RateLimit-Reset needs the time
+	}
+	headers.Write(w.Header(), l.flavor, now, ds...)
+}
+
+func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, rl *rule, v enforce.Verdict) {
+	rej := Rejection{Rule: rl.r.Name(), Policy: v.Policy, Result: v.Result, Err: v.Err}
+	switch {
+	case v.Outcome == enforce.FailedClosed:
+		rej.Status, rej.RetryAfter = http.StatusServiceUnavailable, l.failRetryAfter
+	case errors.Is(v.Err, tollgate.ErrCostExceedsBurst):
+		rej.Status = http.StatusRequestEntityTooLarge
+	default:
+		rej.Status, rej.RetryAfter = http.StatusTooManyRequests, v.Result.RetryAfter
+	}
+	l.rejectWith(w, r, rej)
+}
+
+func (l *Limiter) rejectWith(w http.ResponseWriter, r *http.Request, rej Rejection) {
+	if rej.Status != http.StatusRequestEntityTooLarge {
+		headers.SetRetryAfter(w.Header(), rej.RetryAfter)
+	}
+	l.reject(w, r, rej)
+}
+
+// sleep waits d or until ctx ends. It gives up at once when ctx's deadline
+// is sooner than d: the request cannot make it, so it should not wait.
+func sleep(ctx context.Context, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return fmt.Errorf("httplimit: shaping delay %v exceeds the request deadline: %w", d, context.DeadlineExceeded)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("httplimit: request ended during its shaping delay: %w", context.Cause(ctx))
+	case <-t.C:
+		return nil
+	}
+}
+
+// Problem type URIs of the rate-limit draft (section 5), used in 429 and 503
+// bodies.
+const (
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	ProblemReducedCap    = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+// Problem is the RFC 9457 problem details object the default rejection
+// writes as application/problem+json.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// ViolatedPolicies names the policies that rejected the request, the
+	// draft's "violated-policies" extension member.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// RetryAfter repeats Retry-After, in seconds, for clients that read
+	// only the body.
+	RetryAfter int64 `json:"retry-after,omitempty"`
+}
+
+// WriteProblem is the default rejection: an RFC 9457 problem+json body
+// naming the violated policy. Use it from a custom handler to fall back.
+func WriteProblem(w http.ResponseWriter, _ *http.Request, rej Rejection) {
+	p := Problem{Status: rej.Status, Title: http.StatusText(rej.Status)}
+	if rej.Policy != "" && (rej.Status == http.StatusTooManyRequests || rej.Status == http.StatusRequestEntityTooLarge) {
+		p.ViolatedPolicies = []string{rej.Policy} // a failed store violated nothing
+	}
+	switch {
+	case rej.Status == http.StatusTooManyRequests:
+		p.Type = ProblemQuotaExceeded
+		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
+		p.Detail = "Rate limit " + strconv.Quote(rej.Policy) + " exceeded; retry in " + strconv.FormatInt(p.RetryAfter, 10) + " s."
+	case rej.Status == http.StatusRequestEntityTooLarge:
+		p.Type = ProblemQuotaExceeded
+		p.Detail = "This request costs more than rate limit " + strconv.Quote(rej.Policy) + " can ever admit at once."
+	case rej.Rule != "": // a fail-closed rule whose store failed
+		p.Type = ProblemReducedCap
+		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
+		p.Detail = "The rate limiter cannot decide right now; retry in " + strconv.FormatInt(p.RetryAfter, 10) + " s."
+	default: // a shaped request that could not wait its turn
+		p.Type = ProblemReducedCap
+		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
+		p.Detail = "The request could not wait for its turn."
+	}
+	body, _ := json.Marshal(p) // strings and ints only: cannot fail
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(rej.Status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,174 @@
+package tiered
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// seen is what the global store answered for a key: enough to tell, later,
+// whether a request would certainly be denied and with which Result. It is
+// derived only from the Result (the scripts are not changed for it) and
+// the time elapsed since the global call was sent.
+type seen struct {
+	limit tollgate.Limit
+	n     int // the cost the global store decided
+	res   tollgate.Result
+	at    time.Time // local time the global call was sent
+	until time.Time // after this the entry can deny nothing more
+}
+
+// The elapsed time is counted from when the global call was sent, not from
+// when its answer came back: the global store decided somewhere in
+// between, so the model assumes at least as much refill as there really
+// was. A local denial is therefore always one the global store would also
+// give at that moment (other instances can only have spent more); the cost
+// is that a local RetryAfter may be short by up to one round trip.
+
+// remember returns what to keep from a global decision of cost n under
+// limit, and whether it is worth keeping: a denial, or an admission that
+// left less than n, after which the next request of the same cost is
+// denied. Everything else would deny nothing.
+func remember(p *tollgate.Params, limit tollgate.Limit, n int, res tollgate.Result, at time.Time) (seen, bool) {
+	if n < 1 || (res.Allowed && res.Remaining >= n) {
+		return seen{}, false
+	}
+	e := seen{limit: limit, n: n, res: res, at: at}
+	switch p.Algorithm {
+	case tollgate.TokenBucket, tollgate.LeakyBucket, tollgate.GCRA:
+		// The state is back to full after ResetAfter: nothing to deny then.
+		e.until = at.Add(res.ResetAfter)
+	case tollgate.FixedWindow:
+		// Denied or not, the window ends after ResetAfter (a window that
+		// has admitted anything) or RetryAfter (a denial).
+		e.until = at.Add(max(res.ResetAfter, res.RetryAfter))
+	default: // the sliding windows: only a denial of cost 1 is exact
+		if res.Allowed || n != 1 {
+			return seen{}, false
+		}
+		e.until = at.Add(res.RetryAfter)
+	}
+	return e, e.until.After(at)
+}
+
+// deny returns the Result the global store would give a request of cost m
+// at now, if that is certainly a denial; ok is false when the request may
+// be admitted (it must then go to the global store) or the entry cannot
+// tell.
+//
+// Per algorithm (all quantities are integers, as in the scripts):
+//
+//   - TokenBucket, LeakyBucket: the state is a level (spent units, the
+//     bucket's deficit) draining at UnitRate per µs. The Result's fields
+//     pin it down to a range one µs of drain wide (see levels): a single
+//     value when the rate divides the period in µs (UnitRate 1: every "N
+//     per second" with N dividing 10^6, and so on). A request is answered
+//     locally only when every level in the range gives the same denial,
+//     so the answer is exact; otherwise it goes to the global store.
+//   - GCRA: ResetAfter is the theoretical arrival time minus now, the whole
+//     state: exact.
+//   - FixedWindow: nothing changes until the window ends except by
+//     spending: Remaining stays, the window's end comes closer. Exact.
+//   - SlidingWindowLog, SlidingWindowCounter: how much room frees up, and
+//     when, depends on entries the Result does not describe; but a denial
+//     of cost 1 stays a denial of cost 1 with Remaining 0 until its
+//     RetryAfter, and both durations count down. Only that is answered.
+func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, bool) {
+	el := now.Sub(e.at)
+	if el < 0 || !now.Before(e.until) {
+		return tollgate.Result{}, false
+	}
+	us := int64(el / time.Microsecond)
+	res := tollgate.Result{Limit: e.limit}
+	switch p.Algorithm {
+	case tollgate.TokenBucket, tollgate.LeakyBucket:
+		lo, hi, ok := e.levels(p)
+		if !ok {
+			return res, false
+		}
+		// Every level in (lo, hi] is consistent with what the global store
+		// said; answer only if all of them give the same denial (the
+		// answer is monotonic in the level, so the two ends suffice).
+		drained := us * p.UnitRate
+		a, okA := bucketDenial(p, lo+1-drained, m)
+		b, okB := bucketDenial(p, hi-drained, m)
+		if !okA || !okB || a != b {
+			return res, false
+		}
+		a.Limit = e.limit
+		return a, true
+	case tollgate.GCRA:
+		ahead := micros(e.res.ResetAfter) - us // theoretical arrival time − now
+		retry := ahead + int64(m)*p.IntervalUS - p.Burst*p.IntervalUS
+		if ahead <= 0 || retry <= 0 {
+			return res, false
+		}
+		res.Remaining = int(max(p.Burst*p.IntervalUS-ahead, 0) / p.IntervalUS)
+		res.RetryAfter = time.Duration(retry) * time.Microsecond
+		res.ResetAfter = time.Duration(ahead) * time.Microsecond
+	case tollgate.FixedWindow:
+		if m <= e.res.Remaining {
+			return res, false
+		}
+		left := e.until.Sub(e.at) - time.Duration(us)*time.Microsecond
+		res.Remaining = e.res.Remaining
+		res.RetryAfter, res.ResetAfter = left, left
+	default:
+		if m != 1 {
+			return res, false
+		}
+		res.RetryAfter = e.res.RetryAfter - time.Duration(us)*time.Microsecond
+		res.ResetAfter = max(e.res.ResetAfter-time.Duration(us)*time.Microsecond, res.RetryAfter)
+	}
+	return res, true
+}
+
+// levels returns the range (lo, hi] of bucket levels (spent units: the
+// deficit of a token bucket, the content of a leaky bucket) that agree with
+// every field of the remembered Result, as the scripts compute them:
+//
+//	ResetAfter = ⌈level / rate⌉
+//	RetryAfter = ⌈(level + n·unit − capacity − queue) / rate⌉   (a denial)
+//	Remaining  = ⌊max(capacity − level, 0) / unit⌋
+//
+// ok is false when they do not agree (a clock that went backwards adds a
+// lag to the durations that the Remaining does not show): nothing is then
+// answered locally.
+func (e *seen) levels(p *tollgate.Params) (lo, hi int64, ok bool) {
+	capacity := p.Burst * p.Unit
+	queue := p.MaxDelayUS * p.UnitRate
+	s := micros(e.res.ResetAfter)
+	lo, hi = (s-1)*p.UnitRate, s*p.UnitRate
+	if !e.res.Allowed {
+		c := capacity + queue - int64(e.n)*p.Unit
+		r := micros(e.res.RetryAfter)
+		lo, hi = max(lo, (r-1)*p.UnitRate+c), min(hi, r*p.UnitRate+c)
+	}
+	r := int64(e.res.Remaining)
+	lo = max(lo, capacity-(r+1)*p.Unit)
+	if r > 0 {
+		hi = min(hi, capacity-r*p.Unit)
+	}
+	return lo, hi, lo < hi
+}
+
+// bucketDenial is the Result of a request of cost m on a bucket at level,
+// if it is denied; the same arithmetic as the scripts.
+func bucketDenial(p *tollgate.Params, level int64, m int) (tollgate.Result, bool) {
+	capacity := p.Burst * p.Unit
+	queue := p.MaxDelayUS * p.UnitRate
+	over := level + int64(m)*p.Unit - capacity - queue
+	if level <= 0 || over <= 0 {
+		return tollgate.Result{}, false
+	}
+	return tollgate.Result{
+		Remaining:  int(max(capacity-level, 0) / p.Unit),
+		RetryAfter: time.Duration(ceilDiv(over, p.UnitRate)) * time.Microsecond,
+		ResetAfter: time.Duration(ceilDiv(level, p.UnitRate)) * time.Microsecond,
+	}, true
+}
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b ≥ 1.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
