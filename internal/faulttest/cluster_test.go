@@ -91,22 +91,22 @@ func (r *replies) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// clusterLimiter returns a cluster client for c (redistest's: context
-// deadlines honoured, slot map reloaded every second), a store and a
-// Limiter with a per-call deadline d on it, and the client's node replies.
-func clusterLimiter(t *testing.T, c *redistest.Cluster, d time.Duration) (*redis.ClusterClient, *redisstore.Store, *tollgate.Limiter, *replies) {
+// clusterLimiters returns a cluster client for c (redistest's: context
+// deadlines honoured, slot map reloaded every second), a store, the
+// limiters(...) on it with a per-call deadline d, and the client's node
+// replies.
+func clusterLimiters(t *testing.T, c *redistest.Cluster, d time.Duration) (*redis.ClusterClient, *redisstore.Store, []*tollgate.Limiter, *replies) {
 	t.Helper()
-	return limiterOn(c.Client(t), d)
+	return limitersOn(c.Client(t), d)
 }
 
-// limiterOn is clusterLimiter with a client of the caller's making, which
-// must not have sent a command yet.
-func limiterOn(cc *redis.ClusterClient, d time.Duration) (*redis.ClusterClient, *redisstore.Store, *tollgate.Limiter, *replies) {
+// limitersOn is clusterLimiters with a client of the caller's making,
+// which must not have sent a command yet.
+func limitersOn(cc *redis.ClusterClient, d time.Duration) (*redis.ClusterClient, *redisstore.Store, []*tollgate.Limiter, *replies) {
 	r := &replies{counts: map[string]int{}, samples: map[string]string{}}
 	// Before the first command: go-redis creates node clients lazily.
 	cc.OnNewNode(func(n *redis.Client) { n.AddHook(r) })
-	store := redisstore.New(cc)
-	return cc, store, tollgate.New(store, tollgate.WithTimeout(d)), r
+	return cc, redisstore.New(cc), limiters(cc, d), r
 }
 
 // slotOwners maps every slot to the node serving it, as the cluster says.
@@ -161,7 +161,7 @@ func TestClusterSpread(t *testing.T) {
 	// Not the fault tests' 100 ms: this test checks every decision, and
 	// the first ones on a cold client (slot map, dials, EVAL) under the
 	// race detector can take longer.
-	cc, store, lim, r := clusterLimiter(t, c, 5*time.Second)
+	cc, store, lims, r := clusterLimiters(t, c, 5*time.Second)
 	ctx := ctxTimeout(t, 60*time.Second)
 	prefix := key(t)
 	limit := func(a tollgate.Algorithm) tollgate.Limit {
@@ -172,7 +172,8 @@ func TestClusterSpread(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failures []string
-	for range 16 {
+	for g := range 16 {
+		lim := lims[g%len(lims)]
 		wg.Go(func() {
 			for k := range work {
 				for _, a := range tollgate.Algorithms() {
@@ -301,7 +302,7 @@ func clusterFailover(t *testing.T, failover func(*redistest.Cluster, context.Con
 	if client != nil {
 		cc = client(c)
 	}
-	cc, store, lim, r := limiterOn(cc, deadline)
+	cc, store, lims, r := limitersOn(cc, deadline)
 	ctx := ctxTimeout(t, 90*time.Second)
 	owner := slotOwners(t, ctx, c, cc)
 	run := failoverRun{victim: c.Nodes[0], replies: r, counted: map[tollgate.Algorithm]string{}, remaining: map[tollgate.Algorithm]int{}}
@@ -313,14 +314,14 @@ func clusterFailover(t *testing.T, failover func(*redistest.Cluster, context.Con
 		run.counted[a] = onVictim[i]
 	}
 	spare := onVictim[len(algs):]
-	victimLoad := startLoad(t, lim, goroutines/2, func(g, i int) call {
+	victimLoad := startLoad(t, lims, goroutines/2, func(g, i int) call {
 		a := algs[(i/2)%len(algs)]
 		if i%2 == 0 {
 			return call{key: run.counted[a], limit: exactLimit(a), n: 1, count: true}
 		}
 		return call{key: spare[(g*31+i)%len(spare)], limit: generous(a), n: 1}
 	})
-	otherLoad := startLoad(t, lim, goroutines/2, func(g, i int) call {
+	otherLoad := startLoad(t, lims, goroutines/2, func(g, i int) call {
 		return call{key: elsewhere[(g*31+i)%len(elsewhere)], limit: generous(algs[i%len(algs)]), n: 1}
 	})
 	warmUp(t, ctx, victimLoad)
@@ -347,7 +348,7 @@ func clusterFailover(t *testing.T, failover func(*redistest.Cluster, context.Con
 		t.Errorf("%d CROSSSLOT replies", n)
 	}
 	for a, k := range run.counted {
-		res, err := lim.Peek(ctx, k, exactLimit(a))
+		res, err := lims[0].Peek(ctx, k, exactLimit(a))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -514,67 +515,70 @@ func (h reloadOnError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // TestClusterScriptFlush empties one master's script cache (SCRIPT FLUSH),
 // as a master promoted from a replica or freshly added starts out, and
 // then makes decisions with every algorithm on keys in that master's
-// slots. Each succeeds: the first EVALSHA of each script on that master is
-// refused with NOSCRIPT, and redis.Script sends the script with EVAL, which
-// caches it there. The other masters are not touched.
+// slots, once with each store (plain, then pipelined). Each succeeds: the
+// first EVALSHA of each script on that master is refused with NOSCRIPT,
+// and the store sends the script with EVAL, which caches it there. The
+// other masters are not touched.
 func TestClusterScriptFlush(t *testing.T) {
 	t.Parallel()
 	c := redistest.NewCluster(t, 3, 0)
-	cc, store, lim, r := clusterLimiter(t, c, 5*time.Second)
+	cc, store, lims, r := clusterLimiters(t, c, 5*time.Second)
 	ctx := ctxTimeout(t, 30*time.Second)
-	if err := store.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
 	owner := slotOwners(t, ctx, c, cc)
 	flushed := c.Nodes[1]
 	keys := keysWhere(t, ctx, cc, store, key(t), 20, func(s int) bool { return owner(s) == flushed })
 	algs := tollgate.Algorithms()
-	decide := func() {
-		t.Helper()
-		for i, k := range keys {
-			a := algs[i%len(algs)]
-			if res, err := lim.Allow(ctx, k, generous(a)); err != nil || !res.Allowed {
-				t.Fatalf("%s on %s: %+v, %v", a, k, res, err)
+	info := func() map[*redistest.Server]string {
+		stats := map[*redistest.Server]string{}
+		for _, n := range c.Nodes {
+			s, err := n.Client(t).Info(ctx, "errorstats", "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats[n] = s
+		}
+		return stats
+	}
+	for i, lim := range lims {
+		decide := func() {
+			t.Helper()
+			for j, k := range keys {
+				a := algs[j%len(algs)]
+				if res, err := lim.Allow(ctx, k, generous(a)); err != nil || !res.Allowed {
+					t.Fatalf("store %d: %s on %s: %+v, %v", i, a, k, res, err)
+				}
+			}
+		}
+		if err := store.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+		noscript := r.get("NOSCRIPT")
+		decide() // the scripts were loaded everywhere: no NOSCRIPT
+		if n := r.get("NOSCRIPT") - noscript; n != 0 {
+			t.Fatalf("store %d: %d NOSCRIPT replies after Store.Load", i, n)
+		}
+		before := info()
+		if err := flushed.Client(t).ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		decide()
+		if got, want := r.get("NOSCRIPT")-noscript, len(algs); got != want {
+			t.Errorf("store %d: %d NOSCRIPT replies after SCRIPT FLUSH, want %d (one per script)", i, got, want)
+		}
+		after := info()
+		for _, n := range c.Nodes {
+			want := 0
+			if n == flushed {
+				want = len(algs)
+			}
+			for _, name := range []string{"errorstat_NOSCRIPT", "cmdstat_eval"} {
+				if got := infoCount(after[n], name) - infoCount(before[n], name); got != want {
+					t.Errorf("store %d: %s on %s rose by %d, want %d", i, name, n.Addr(), got, want)
+				}
 			}
 		}
 	}
-	decide() // the scripts were loaded everywhere: no NOSCRIPT
-	if n := r.get("NOSCRIPT"); n != 0 {
-		t.Fatalf("%d NOSCRIPT replies after Store.Load", n)
-	}
-	before := map[*redistest.Server]string{}
-	for _, n := range c.Nodes {
-		stats, err := n.Client(t).Info(ctx, "errorstats", "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[n] = stats
-	}
-
-	if err := flushed.Client(t).ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	decide()
-
-	if got, want := r.get("NOSCRIPT"), len(algs); got != want {
-		t.Errorf("%d NOSCRIPT replies after SCRIPT FLUSH, want %d (one per script)", got, want)
-	}
-	for _, n := range c.Nodes {
-		stats, err := n.Client(t).Info(ctx, "errorstats", "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := 0
-		if n == flushed {
-			want = len(algs)
-		}
-		for _, name := range []string{"errorstat_NOSCRIPT", "cmdstat_eval"} {
-			if got := infoCount(stats, name) - infoCount(before[n], name); got != want {
-				t.Errorf("%s on %s rose by %d, want %d", name, n.Addr(), got, want)
-			}
-		}
-	}
-	t.Logf("after SCRIPT FLUSH on %s: %d decisions on its keys succeeded; node error replies: %v", flushed.Addr(), len(keys), r)
+	t.Logf("after SCRIPT FLUSH on %s: %d decisions on its keys succeeded, twice; node error replies: %v", flushed.Addr(), len(keys), r)
 }
 
 // TestClusterMoveSlot moves the slot of a busy key to another master while
@@ -589,7 +593,7 @@ func TestClusterScriptFlush(t *testing.T) {
 func TestClusterMoveSlot(t *testing.T) {
 	t.Parallel()
 	c := redistest.NewCluster(t, 3, 0)
-	cc, store, lim, r := clusterLimiter(t, c, deadline)
+	cc, store, lims, r := clusterLimiters(t, c, deadline)
 	ctx := ctxTimeout(t, 60*time.Second)
 	k := key(t)
 	slot, err := cc.ClusterKeySlot(ctx, store.Key(k, tollgate.PerSecond(1))).Result()
@@ -605,15 +609,15 @@ func TestClusterMoveSlot(t *testing.T) {
 		}
 	}
 	algs := tollgate.Algorithms()
-	l := startLoad(t, lim, goroutines/2, func(g, i int) call {
+	l := startLoad(t, lims, goroutines/2, func(g, i int) call {
 		a := algs[(i/2)%len(algs)]
 		if i%2 == 0 {
 			// All algorithms on one key: the counted cost is their sum.
 			return call{key: k, limit: exactLimit(a), n: 1, count: true}
 		}
-		lim := generous(a)
-		lim.Period = time.Duration(1+(g*7919+i)%2000) * time.Second
-		return call{key: k, limit: lim, n: 1}
+		limit := generous(a)
+		limit.Period = time.Duration(1+(g*7919+i)%2000) * time.Second
+		return call{key: k, limit: limit, n: 1}
 	})
 	warmUp(t, ctx, l)
 	time.Sleep(500 * time.Millisecond) // let Redis keys pile up in the slot
@@ -644,7 +648,7 @@ func TestClusterMoveSlot(t *testing.T) {
 	}
 	var admitted, remaining int
 	for _, a := range algs {
-		res, err := lim.Peek(ctx, k, exactLimit(a))
+		res, err := lims[0].Peek(ctx, k, exactLimit(a))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -658,4 +662,72 @@ func TestClusterMoveSlot(t *testing.T) {
 	}
 	t.Logf("moved slot %d (%d Redis keys) from %s to %s in %v under load; %d admitted on the counted key; node error replies: %v\n%v",
 		slot, keysBefore, from.Addr(), to.Addr(), moved.Sub(moving).Round(time.Millisecond), s.admitted[k], r, s)
+}
+
+// TestClusterPipelineRedirectDeadline reproduces what TestClusterMoveSlot
+// met on a loaded machine: a pipelined decision whose deadline ends while
+// go-redis is following an ASK (or MOVED) came back with the redirection
+// itself as its error — "redisstore: gcra: ASK 15586 127.0.0.1:43743" — not
+// context.DeadlineExceeded. go-redis's cluster pipeline sleeps 10–30 ms
+// before following a redirection; when the context ends during that sleep
+// it gives every command that has no error yet the context's error, but
+// leaves the commands that were redirected with the redirection
+// (ClusterClient.processPipeline and setCmdsErr in go-redis v9.23). The
+// test keeps a slot MIGRATING, so that every decision on it is redirected
+// with ASK, and makes decisions with a 5 ms deadline, pipelined and not:
+// each must succeed or fail with context.DeadlineExceeded, never with ASK.
+// (The unpipelined path never had the problem: go-redis follows a single
+// command's redirection without sleeping.)
+func TestClusterPipelineRedirectDeadline(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewCluster(t, 3, 0)
+	cc := c.Client(t)
+	store := redisstore.New(cc)
+	stores := map[string]*redisstore.Store{"plain": store, "pipelined": redisstore.New(cc, redisstore.WithPipeline(time.Millisecond, 16))}
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := store.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := key(t)
+	slot, err := cc.ClusterKeySlot(ctx, store.Key(k, tollgate.PerSecond(1))).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := slotOwners(t, ctx, c, cc)
+	src := owners(int(slot))
+	dst := owners((int(slot) + 16384/3) % 16384)
+	id := func(n *redistest.Server) string {
+		t.Helper()
+		v, err := n.Client(t).ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The first half of a slot move: src redirects every Redis key it
+	// does not have (all of them) to dst with ASK.
+	if err := dst.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id(src)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id(dst)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range stores {
+		outcomes := map[string]int{}
+		for i := range 50 {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+			_, err := s.AllowN(dctx, k, tollgate.Limit{Rate: 10, Period: time.Duration(i+1) * time.Second, Burst: 10}, 1)
+			cancel()
+			switch {
+			case err == nil:
+				outcomes["decided"]++ // the redirection made it in time
+			case errors.Is(err, context.DeadlineExceeded):
+				outcomes["context deadline exceeded"]++
+			default:
+				outcomes[classify(err)]++
+				t.Errorf("%s: a decision that ran out of time failed with %v, not the context's error", name, err)
+			}
+		}
+		t.Logf("%s: 50 decisions with a 5 ms deadline on a MIGRATING slot: %v", name, outcomes)
+	}
 }

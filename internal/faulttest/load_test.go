@@ -34,7 +34,7 @@ type call struct {
 // how long each call took, and what the errors were.
 type load struct {
 	canary  canary
-	lim     *tollgate.Limiter
+	lims    []*tollgate.Limiter // goroutine g decides with lims[g%len(lims)]
 	stopped chan struct{}
 	wg      sync.WaitGroup
 	workers []*worker
@@ -63,15 +63,16 @@ type worker struct {
 	panics     []string
 }
 
-// startLoad starts goroutines that call lim.AllowN with what next returns
-// for goroutine g's i-th call. The load stops by itself when the test ends.
-func startLoad(t *testing.T, lim *tollgate.Limiter, goroutines int, next func(g, i int) call) *load {
+// startLoad starts goroutines that call AllowN with what next returns for
+// goroutine g's i-th call, on lims[g%len(lims)]. The load stops by itself
+// when the test ends.
+func startLoad(t *testing.T, lims []*tollgate.Limiter, goroutines int, next func(g, i int) call) *load {
 	t.Helper()
-	l := &load{lim: lim, stopped: make(chan struct{})}
+	l := &load{lims: lims, stopped: make(chan struct{})}
 	for g := range goroutines {
 		w := &worker{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{}}
 		l.workers = append(l.workers, w)
-		l.wg.Go(func() { w.run(l, g, next) })
+		l.wg.Go(func() { w.run(l, lims[g%len(lims)], g, next) })
 	}
 	l.wg.Go(func() { l.canary.run(l.stopped) })
 	t.Cleanup(func() { l.stop() })
@@ -107,7 +108,7 @@ func (c *canary) run(stop <-chan struct{}) {
 	}
 }
 
-func (w *worker) run(l *load, g int, next func(g, i int) call) {
+func (w *worker) run(l *load, lim *tollgate.Limiter, g int, next func(g, i int) call) {
 	for i := 0; ; i++ {
 		select {
 		case <-l.stopped:
@@ -115,7 +116,7 @@ func (w *worker) run(l *load, g int, next func(g, i int) call) {
 		default:
 		}
 		c := next(g, i)
-		if !w.decide(l, c) {
+		if !w.decide(l, lim, c) {
 			return
 		}
 	}
@@ -123,7 +124,7 @@ func (w *worker) run(l *load, g int, next func(g, i int) call) {
 
 // decide makes one decision and records it; it returns false if the call
 // panicked (the panic is recorded, and the goroutine stops).
-func (w *worker) decide(l *load, c call) (ok bool) {
+func (w *worker) decide(l *load, lim *tollgate.Limiter, c call) (ok bool) {
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
@@ -133,7 +134,7 @@ func (w *worker) decide(l *load, c call) (ok bool) {
 			ok = false
 		}
 	}()
-	res, err := l.lim.AllowN(context.Background(), c.key, c.limit, c.n)
+	res, err := lim.AllowN(context.Background(), c.key, c.limit, c.n)
 	end := time.Now()
 	d := end.Sub(start)
 

@@ -12,7 +12,8 @@ import (
 
 // TestSentinelMasterKilled crashes the master of a Sentinel deployment (a
 // master, one replica, three sentinels with quorum 2) while 32 goroutines
-// make decisions through a go-redis failover client. Decisions fail until
+// make decisions through a go-redis failover client (half of them
+// pipelined). Decisions fail until
 // the sentinels have promoted the replica, then resume through it; the gap
 // must stay within a bound derived from the sentinels' timeouts. Half the
 // calls spend from one counted key per algorithm: the promoted replica may
@@ -21,13 +22,13 @@ import (
 func TestSentinelMasterKilled(t *testing.T) {
 	t.Parallel()
 	s := redistest.NewSentinel(t, 1)
-	lim := newLimiter(s.Client(t))
+	lims := limiters(s.Client(t), deadline)
 	ctx := ctxTimeout(t, 60*time.Second)
 	prefix := key(t)
 	algs := tollgate.Algorithms()
 	counted := func(a tollgate.Algorithm) string { return prefix + ":counted:" + a.String() }
 	spreadKeys := spread(prefix)
-	l := startLoad(t, lim, goroutines, func(g, i int) call {
+	l := startLoad(t, lims, goroutines, func(g, i int) call {
 		if i%2 == 0 {
 			a := algs[(i/2)%len(algs)]
 			return call{key: counted(a), limit: exactLimit(a), n: 1, count: true}
@@ -70,7 +71,7 @@ func TestSentinelMasterKilled(t *testing.T) {
 	}
 	var lost []string
 	for _, a := range algs {
-		res, err := lim.Peek(ctx, counted(a), exactLimit(a))
+		res, err := lims[0].Peek(ctx, counted(a), exactLimit(a))
 		if err != nil {
 			t.Fatal(err)
 		}

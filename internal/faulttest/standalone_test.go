@@ -64,8 +64,19 @@ func newClient(t *testing.T, opts *redis.Options) *redis.Client {
 	return c
 }
 
-func newLimiter(client redis.UniversalClient) *tollgate.Limiter {
-	return tollgate.New(redisstore.New(client), tollgate.WithTimeout(deadline))
+// pipelined is the pipelining option the tests run half their goroutines
+// with (redisstore.WithPipeline): a batch goes after 50 µs or 16 decisions.
+var pipelined = redisstore.WithPipeline(50*time.Microsecond, 16)
+
+// limiters returns two Limiters on client with deadline d on every call:
+// one whose store makes a round trip per decision, and one whose store
+// pipelines concurrent decisions. Loads run half their goroutines on each,
+// so every fault meets both paths.
+func limiters(client redis.UniversalClient, d time.Duration) []*tollgate.Limiter {
+	return []*tollgate.Limiter{
+		tollgate.New(redisstore.New(client), tollgate.WithTimeout(d)),
+		tollgate.New(redisstore.New(client, pipelined), tollgate.WithTimeout(d)),
+	}
 }
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
@@ -123,9 +134,9 @@ func TestKilledAndRestarted(t *testing.T) {
 	for _, p := range profiles {
 		t.Run(p.name, func(t *testing.T) {
 			s := redistest.NewServer(t)
-			lim := newLimiter(newClient(t, p.opts(s.Addr())))
+			lims := limiters(newClient(t, p.opts(s.Addr())), deadline)
 			ctx := ctxTimeout(t, 30*time.Second)
-			l := startLoad(t, lim, goroutines, spread(key(t)))
+			l := startLoad(t, lims, goroutines, spread(key(t)))
 			healthy := warmUp(t, ctx, l)
 
 			killed := time.Now()
@@ -175,9 +186,8 @@ func TestPaused(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			s := redistest.NewServer(t)
 			client := newClient(t, p.opts(s.Addr()))
-			lim := newLimiter(client)
 			ctx := ctxTimeout(t, 30*time.Second)
-			l := startLoad(t, lim, goroutines, spread(key(t)))
+			l := startLoad(t, limiters(client, deadline), goroutines, spread(key(t)))
 			healthy := warmUp(t, ctx, l)
 			before := measure()
 
@@ -229,9 +239,8 @@ func TestLongOutageMemory(t *testing.T) {
 	)
 	s := redistest.NewServer(t)
 	client := newClient(t, profiles[1].opts(s.Addr()))
-	lim := newLimiter(client)
 	ctx := ctxTimeout(t, 30*time.Second)
-	l := startLoad(t, lim, goroutines, spread(key(t)))
+	l := startLoad(t, limiters(client, deadline), goroutines, spread(key(t)))
 	healthy := warmUp(t, ctx, l)
 	before := measure()
 
@@ -267,12 +276,13 @@ func TestLongOutageMemory(t *testing.T) {
 }
 
 // checkGoroutines fails t if the process had more goroutines during a fault
-// than before it plus what client may legitimately add: a dialer per pool
-// slot, a connection handed over per slot, and a few timers and probes.
+// than before it plus what may legitimately come and go: go-redis's dialer
+// per pool slot and a connection handed over per slot, a pipelined batch
+// in flight per load goroutine at most, and a few timers and probes.
 // Anything beyond that piles up per failed call.
 func checkGoroutines(t *testing.T, client *redis.Client, before, peak usage) {
 	t.Helper()
-	if limit := before.goroutines + 2*client.Options().PoolSize + 10; peak.goroutines > limit {
+	if limit := before.goroutines + 2*client.Options().PoolSize + goroutines + 10; peak.goroutines > limit {
 		t.Errorf("%d goroutines during the fault, %d before: more than %d", peak.goroutines, before.goroutines, limit)
 	}
 }
@@ -310,64 +320,69 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // parallel with the other standalone tests' timings in mind.
 func TestRestartedEmpty(t *testing.T) {
 	for _, p := range profiles {
-		t.Run(p.name, func(t *testing.T) {
-			s := redistest.NewServer(t)
-			lim := newLimiter(newClient(t, p.opts(s.Addr())))
-			ctx := ctxTimeout(t, 30*time.Second)
-			k := key(t)
-			limits := map[tollgate.Algorithm]tollgate.Limit{}
-			denied := map[tollgate.Algorithm]tollgate.Result{}
-			for _, a := range tollgate.Algorithms() {
-				// A day, so that a fixed window does not roll over
-				// during the test (unless it runs across midnight UTC).
-				limits[a] = tollgate.Limit{Algorithm: a, Rate: 3, Period: 24 * time.Hour, Burst: 3}
-				for i := range 3 {
-					if res, err := lim.Allow(ctx, k, limits[a]); err != nil || !res.Allowed {
-						t.Fatalf("%s: call %d = %+v, %v; want allowed", a, i, res, err)
-					}
-				}
-				res, err := lim.Allow(ctx, k, limits[a])
-				if err != nil || res.Allowed || res.RetryAfter <= 0 {
-					t.Fatalf("%s: fourth call = %+v, %v; want denied", a, res, err)
-				}
-				denied[a] = res
-			}
+		for i, store := range []string{"plain", "pipelined"} {
+			t.Run(p.name+"/"+store, func(t *testing.T) { restartedEmpty(t, p, i) })
+		}
+	}
+}
 
-			if err := s.Stop(); err != nil {
-				t.Fatal(err)
+// restartedEmpty is TestRestartedEmpty with profile p and limiters(...)[i].
+func restartedEmpty(t *testing.T, p profile, i int) {
+	s := redistest.NewServer(t)
+	lim := limiters(newClient(t, p.opts(s.Addr())), deadline)[i]
+	ctx := ctxTimeout(t, 30*time.Second)
+	k := key(t)
+	limits := map[tollgate.Algorithm]tollgate.Limit{}
+	denied := map[tollgate.Algorithm]tollgate.Result{}
+	for _, a := range tollgate.Algorithms() {
+		// A day, so that a fixed window does not roll over during the
+		// test (unless it runs across midnight UTC).
+		limits[a] = tollgate.Limit{Algorithm: a, Rate: 3, Period: 24 * time.Hour, Burst: 3}
+		for i := range 3 {
+			if res, err := lim.Allow(ctx, k, limits[a]); err != nil || !res.Allowed {
+				t.Fatalf("%s: call %d = %+v, %v; want allowed", a, i, res, err)
 			}
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-			for _, a := range tollgate.Algorithms() {
-				res, err := lim.Allow(ctx, k, limits[a])
-				if err != nil {
-					t.Fatalf("%s: first decision after the restart: %v", a, err)
-				}
-				want := tollgate.Result{Allowed: true, Limit: limits[a], Remaining: 2}
-				// ResetAfter is how long one spent unit takes to come
-				// back, which depends on the algorithm; the rest is exact.
-				got := res
-				got.ResetAfter = 0
-				if got != want {
-					t.Errorf("%s: first decision after the restart = %+v, want %+v (a full allowance)", a, res, want)
-				}
-				t.Logf("%-22s before the restart: denied, retry after %v; after: allowed, %d remaining",
-					a, denied[a].RetryAfter.Round(time.Second), res.Remaining)
-			}
-			// The restarted server had none of the scripts: each was
-			// refused once (NOSCRIPT) and then sent in full (EVAL).
-			stats, err := s.Client(t).Info(ctx, "errorstats", "commandstats").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := infoCount(stats, "errorstat_NOSCRIPT"), len(tollgate.Algorithms()); got != want {
-				t.Errorf("NOSCRIPT errors after the restart = %d, want %d (one per script)", got, want)
-			}
-			if got, want := infoCount(stats, "cmdstat_eval"), len(tollgate.Algorithms()); got != want {
-				t.Errorf("EVAL calls after the restart = %d, want %d (one per script)", got, want)
-			}
-		})
+		}
+		res, err := lim.Allow(ctx, k, limits[a])
+		if err != nil || res.Allowed || res.RetryAfter <= 0 {
+			t.Fatalf("%s: fourth call = %+v, %v; want denied", a, res, err)
+		}
+		denied[a] = res
+	}
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range tollgate.Algorithms() {
+		res, err := lim.Allow(ctx, k, limits[a])
+		if err != nil {
+			t.Fatalf("%s: first decision after the restart: %v", a, err)
+		}
+		want := tollgate.Result{Allowed: true, Limit: limits[a], Remaining: 2}
+		// ResetAfter is how long one spent unit takes to come back,
+		// which depends on the algorithm; the rest is exact.
+		got := res
+		got.ResetAfter = 0
+		if got != want {
+			t.Errorf("%s: first decision after the restart = %+v, want %+v (a full allowance)", a, res, want)
+		}
+		t.Logf("%-22s before the restart: denied, retry after %v; after: allowed, %d remaining",
+			a, denied[a].RetryAfter.Round(time.Second), res.Remaining)
+	}
+	// The restarted server had none of the scripts: each was refused once
+	// (NOSCRIPT) and then sent in full (EVAL).
+	stats, err := s.Client(t).Info(ctx, "errorstats", "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := infoCount(stats, "errorstat_NOSCRIPT"), len(tollgate.Algorithms()); got != want {
+		t.Errorf("NOSCRIPT errors after the restart = %d, want %d (one per script)", got, want)
+	}
+	if got, want := infoCount(stats, "cmdstat_eval"), len(tollgate.Algorithms()); got != want {
+		t.Errorf("EVAL calls after the restart = %d, want %d (one per script)", got, want)
 	}
 }
 
