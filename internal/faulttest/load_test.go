@@ -45,6 +45,7 @@ type load struct {
 // test reads a summary.
 type worker struct {
 	mu         sync.Mutex
+	lim        int // the index in load.lims of the Limiter it decides with
 	calls      int
 	errs       int
 	errsMarked int // failed calls since the last mark
@@ -72,7 +73,7 @@ func startLoad(t *testing.T, lims []*tollgate.Limiter, goroutines int, next func
 	t.Helper()
 	l := &load{lims: lims, stopped: make(chan struct{})}
 	for g := range goroutines {
-		w := &worker{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{}}
+		w := &worker{lim: g % len(lims), classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{}}
 		l.workers = append(l.workers, w)
 		l.wg.Go(func() { w.run(l, lims[g%len(lims)], g, next) })
 	}
@@ -208,7 +209,10 @@ func (l *load) stop() {
 type summary struct {
 	calls, errs, allowed, late int
 	errsMarked                 int // failed calls since the last mark
-	maxDur                     time.Duration
+	// byLim counts failed calls since the last mark per Limiter (for
+	// limiters(...): plain, pipelined).
+	byLim  []int
+	maxDur time.Duration
 	// maxOwn is the longest call once the stalls of the process during
 	// it are taken off: what the call itself took.
 	maxOwn                time.Duration
@@ -233,13 +237,15 @@ type summary struct {
 }
 
 func (l *load) summary() summary {
-	s := summary{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{}}
+	s := summary{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{},
+		byLim: make([]int, len(l.lims))}
 	stillFailing := false
 	for i, w := range l.workers {
 		w.mu.Lock()
 		s.calls += w.calls
 		s.errs += w.errs
 		s.errsMarked += w.errsMarked
+		s.byLim[w.lim] += w.errsMarked
 		s.allowed += w.allowed
 		s.late += w.late
 		s.maxDur = max(s.maxDur, w.maxDur)
@@ -312,6 +318,9 @@ func (l *load) waitAllOK(ctx context.Context, since time.Time) (summary, error) 
 func (s summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d calls, %d allowed, %d failed", s.calls, s.allowed, s.errs)
+	if len(s.byLim) == 2 && s.errsMarked > 0 {
+		fmt.Fprintf(&b, " (%d since the fault: %d plain, %d pipelined)", s.errsMarked, s.byLim[0], s.byLim[1])
+	}
 	if s.errs > 0 {
 		fmt.Fprintf(&b, " (mean %v, max %v each)", s.errDurMean.Round(time.Microsecond), s.errDurMax.Round(time.Microsecond))
 	}
