@@ -7,10 +7,10 @@ import (
 	"io"
 	"maps"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +35,8 @@ type call struct {
 // how long each call took, and what the errors were.
 type load struct {
 	canary  canary
-	lims    []*tollgate.Limiter // goroutine g decides with lims[g%len(lims)]
+	sched   *metrics.Float64Histogram // scheduling latencies when the load started
+	lims    []*tollgate.Limiter       // goroutine g decides with lims[g%len(lims)]
 	stopped chan struct{}
 	wg      sync.WaitGroup
 	workers []*worker
@@ -53,10 +54,9 @@ type worker struct {
 	admitted   map[string]int // cost admitted per key, by counted calls
 	failed     map[string]int // failed decisions per key, by counted calls
 	maxDur     time.Duration
-	maxOwn     time.Duration // the longest call minus the stalls during it
+	slow       []interval // calls longer than deadline + margin
 	errDurSum  time.Duration
 	errDurMax  time.Duration
-	late       int       // calls longer than deadline + margin, stalls not counted
 	firstErr   time.Time // when the first failed call since the last mark returned
 	okAfter    time.Time // when the first success after firstErr returned; zero if none yet
 	lastErr    time.Time // when the last failed call returned
@@ -71,7 +71,7 @@ type worker struct {
 // when the test ends.
 func startLoad(t *testing.T, lims []*tollgate.Limiter, goroutines int, next func(g, i int) call) *load {
 	t.Helper()
-	l := &load{lims: lims, stopped: make(chan struct{})}
+	l := &load{lims: lims, stopped: make(chan struct{}), sched: schedLatencies()}
 	for g := range goroutines {
 		w := &worker{lim: g % len(lims), classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{}}
 		l.workers = append(l.workers, w)
@@ -84,13 +84,18 @@ func startLoad(t *testing.T, lims []*tollgate.Limiter, goroutines int, next func
 
 // canary measures how late the process wakes a sleeping goroutine: when
 // the machine or the runtime stalls, every goroutine is late by as much,
-// decisions included. lost adds up all that lateness, so a call can tell
-// how much of its own duration the process spent stalled.
+// decisions included. It records each stall as an interval, so that a slow
+// call can be credited with the stalls that overlapped it — afterwards, in
+// summary: a call that ended right after a stall may record its end before
+// the canary gets to run.
 type canary struct {
-	lost  atomic.Int64 // total lateness, ns
-	mu    sync.Mutex
-	worst time.Duration
+	mu     sync.Mutex
+	stalls []interval // when the canary should have run and did not
+	worst  time.Duration
 }
+
+// interval is a span of wall-clock time.
+type interval struct{ start, end time.Time }
 
 func (c *canary) run(stop <-chan struct{}) {
 	const tick = 5 * time.Millisecond
@@ -103,15 +108,56 @@ func (c *canary) run(stop <-chan struct{}) {
 			return
 		case <-t.C:
 			now := time.Now()
-			if late := now.Sub(last) - tick; late > 0 {
-				c.lost.Add(int64(late))
+			// A millisecond of lateness is noise; more is a stall.
+			if late := now.Sub(last) - tick; late > time.Millisecond {
 				c.mu.Lock()
+				c.stalls = append(c.stalls, interval{last.Add(tick), now})
 				c.worst = max(c.worst, late)
 				c.mu.Unlock()
 			}
 			last = now
 		}
 	}
+}
+
+// overlap returns how much of call the canary saw the process stalled.
+func (c *canary) overlap(call interval) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d time.Duration
+	for _, st := range c.stalls {
+		lo, hi := st.start, st.end
+		if call.start.After(lo) {
+			lo = call.start
+		}
+		if call.end.Before(hi) {
+			hi = call.end
+		}
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
+// schedMax returns a lower bound on the longest time a runnable goroutine
+// of the process waited for a CPU since before was read (the
+// /sched/latencies histogram of runtime/metrics): the lower edge of the
+// highest bucket that gained samples.
+func schedMax(before *metrics.Float64Histogram) time.Duration {
+	now := schedLatencies()
+	for i := len(now.Counts) - 1; i >= 0; i-- {
+		if now.Counts[i] > before.Counts[i] {
+			return time.Duration(max(0, now.Buckets[i]) * float64(time.Second))
+		}
+	}
+	return 0
+}
+
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64Histogram()
 }
 
 func (w *worker) run(l *load, lim *tollgate.Limiter, g int, next func(g, i int) call) {
@@ -130,7 +176,6 @@ func (w *worker) run(l *load, lim *tollgate.Limiter, g int, next func(g, i int) 
 // decide makes one decision and records it; it returns false if the call
 // panicked (the panic is recorded, and the goroutine stops).
 func (w *worker) decide(l *load, lim *tollgate.Limiter, c call) (ok bool) {
-	lost := l.canary.lost.Load()
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
@@ -143,15 +188,13 @@ func (w *worker) decide(l *load, lim *tollgate.Limiter, c call) (ok bool) {
 	res, err := lim.AllowN(context.Background(), c.key, c.limit, c.n)
 	end := time.Now()
 	d := end.Sub(start)
-	own := d - time.Duration(l.canary.lost.Load()-lost)
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.calls++
 	w.maxDur = max(w.maxDur, d)
-	w.maxOwn = max(w.maxOwn, own)
-	if own > deadline+margin {
-		w.late++
+	if d > deadline+margin {
+		w.slow = append(w.slow, interval{start, end})
 	}
 	if err != nil {
 		w.errs++
@@ -207,15 +250,20 @@ func (l *load) stop() {
 
 // summary is every worker's record merged.
 type summary struct {
-	calls, errs, allowed, late int
-	errsMarked                 int // failed calls since the last mark
+	calls, errs, allowed int
+	errsMarked           int // failed calls since the last mark
 	// byLim counts failed calls since the last mark per Limiter (for
 	// limiters(...): plain, pipelined).
 	byLim  []int
 	maxDur time.Duration
-	// maxOwn is the longest call once the stalls of the process during
-	// it are taken off: what the call itself took.
-	maxOwn                time.Duration
+	// late counts the calls longer than deadline + margin + sched once
+	// the stalls the canary saw during them are taken off; maxOwn is the
+	// longest such remainder (or the longest call, if none was slow).
+	late   int
+	maxOwn time.Duration
+	// sched is a lower bound on the longest a runnable goroutine waited
+	// for a CPU while the load ran.
+	sched                 time.Duration
 	errDurMean, errDurMax time.Duration
 	// firstErr is when the first failed call since the last mark
 	// returned, in any goroutine, and lastErr when the last one did.
@@ -240,6 +288,7 @@ func (l *load) summary() summary {
 	s := summary{classes: map[string]int{}, samples: map[string]string{}, admitted: map[string]int{}, failed: map[string]int{},
 		byLim: make([]int, len(l.lims))}
 	stillFailing := false
+	var slow []interval
 	for i, w := range l.workers {
 		w.mu.Lock()
 		s.calls += w.calls
@@ -247,9 +296,8 @@ func (l *load) summary() summary {
 		s.errsMarked += w.errsMarked
 		s.byLim[w.lim] += w.errsMarked
 		s.allowed += w.allowed
-		s.late += w.late
 		s.maxDur = max(s.maxDur, w.maxDur)
-		s.maxOwn = max(s.maxOwn, w.maxOwn)
+		slow = append(slow, w.slow...)
 		s.errDurMean += w.errDurSum
 		s.errDurMax = max(s.errDurMax, w.errDurMax)
 		if !w.firstErr.IsZero() {
@@ -289,6 +337,18 @@ func (l *load) summary() summary {
 	l.canary.mu.Lock()
 	s.stall = l.canary.worst
 	l.canary.mu.Unlock()
+	s.sched = schedMax(l.sched)
+	s.maxOwn = s.maxDur
+	if len(slow) > 0 {
+		s.maxOwn = 0
+	}
+	for _, c := range slow {
+		own := c.end.Sub(c.start) - l.canary.overlap(c)
+		s.maxOwn = max(s.maxOwn, own)
+		if own > deadline+margin+s.sched {
+			s.late++
+		}
+	}
 	if stillFailing {
 		s.recovered = time.Time{}
 	}
@@ -324,8 +384,11 @@ func (s summary) String() string {
 	if s.errs > 0 {
 		fmt.Fprintf(&b, " (mean %v, max %v each)", s.errDurMean.Round(time.Microsecond), s.errDurMax.Round(time.Microsecond))
 	}
-	fmt.Fprintf(&b, "; slowest call %v (%v without the process's stalls; the worst stall %v)",
-		s.maxDur.Round(time.Microsecond), s.maxOwn.Round(time.Microsecond), s.stall.Round(time.Microsecond))
+	fmt.Fprintf(&b, "; slowest call %v", s.maxDur.Round(time.Microsecond))
+	if s.maxOwn != s.maxDur {
+		fmt.Fprintf(&b, " (%v without the process's stalls)", s.maxOwn.Round(time.Microsecond))
+	}
+	fmt.Fprintf(&b, "; the worst stall %v, the longest wait for a CPU at least %v", s.stall.Round(time.Microsecond), s.sched.Round(time.Microsecond))
 	for _, c := range slices.Sorted(maps.Keys(s.classes)) {
 		fmt.Fprintf(&b, "\n  %6d × %s, e.g. %s", s.classes[c], c, s.samples[c])
 	}
@@ -334,16 +397,18 @@ func (s summary) String() string {
 
 // check fails t if any decision panicked, returned an error that no
 // failure of Redis should cause — CROSSSLOT (the keys of one decision in two
-// slots), a malformed reply, a rejected request — or took longer than
-// deadline + margin once the time the whole process stood still during it
-// is taken off: a decision cannot be blamed for time in which nothing ran
-// (on a machine shared with other test binaries that happens, for up to
-// hundreds of milliseconds; the canary measures it and the log shows it).
+// slots), a malformed reply, a rejected request — or took longer than its
+// deadline plus margin, once what the process could not help is taken off:
+// the stalls the canary saw during the call (the process did not run at
+// all: on a machine shared with other test binaries that happens, for up to
+// hundreds of milliseconds), and the longest any goroutine waited for a CPU
+// (the runtime's own measure). Both are logged; an ignored deadline costs
+// seconds, not that.
 func (s summary) check(t *testing.T) {
 	t.Helper()
 	if s.late > 0 {
-		t.Errorf("%d decisions took longer than deadline %v + margin %v, not counting the stalls of the process during them; the worst %v (%v in all)",
-			s.late, deadline, margin, s.maxOwn, s.maxDur)
+		t.Errorf("%d decisions took longer than deadline %v + margin %v + the longest wait for a CPU %v, not counting the stalls of the process during them; the worst %v (%v in all)",
+			s.late, deadline, margin, s.sched, s.maxOwn, s.maxDur)
 	}
 	for _, p := range s.panics {
 		t.Errorf("a decision panicked: %s", p)
