@@ -22,3 +22,22 @@ check:
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# run starts the decision service on the memory store with the example rules.
+run:
+	$(GO) run ./cmd/tollgate serve --config examples/ratelimit.yaml
+
+# The lab (README "Lab"): each target runs `tollgate demo <name>` against the
+# Redis at REDIS_URL (default redis://127.0.0.1:6379), or against a throwaway
+# redis-server the demo starts when nothing answers there.
+LAB := bucket drain refill race boundary skew
+.PHONY: $(LAB) simulate
+
+$(LAB): deps
+	@$(GO) run ./cmd/tollgate demo $@
+
+# simulate regenerates the tables and charts of README "Choosing an
+# algorithm": docs/simulate/<pattern>.md and .svg. -redis replays every
+# decision through a real Redis to measure its state (MEMORY USAGE).
+simulate: deps
+	$(GO) run ./cmd/tollgate simulate -redis -out docs/simulate

@@ -87,8 +87,12 @@ func serve(t *testing.T, lim *grpclimit.Limiter) healthpb.HealthClient {
 	return healthpb.NewHealthClient(conn)
 }
 
+// mustNew makes a Limiter with a generous store deadline (a first call to a
+// fresh Redis client dials and loads a script, which on a loaded machine can
+// take longer than the 50 ms default), unless opts set one.
 func mustNew(t *testing.T, store tollgate.Store, rules []grpclimit.Rule, opts ...grpclimit.Option) *grpclimit.Limiter {
 	t.Helper()
+	opts = append([]grpclimit.Option{grpclimit.WithTimeout(10 * time.Second)}, opts...)
 	lim, err := grpclimit.New(store, rules, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -82,8 +82,13 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	}
 }
 
+// mustNew makes a Limiter whose store deadline is generous — a first call
+// to a fresh Redis client dials and loads a script, which on a loaded CI
+// machine can take longer than the 50 ms default — unless opts set one: the
+// tests about deadlines do.
 func mustNew(t *testing.T, store tollgate.Store, rules []httplimit.Rule, opts ...httplimit.Option) *httplimit.Limiter {
 	t.Helper()
+	opts = append([]httplimit.Option{httplimit.WithTimeout(10 * time.Second)}, opts...)
 	lim, err := httplimit.New(store, rules, opts...)
 	if err != nil {
 		t.Fatal(err)

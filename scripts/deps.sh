@@ -6,6 +6,9 @@ set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# nginx lives in /usr/sbin, which is not on every user's PATH. The tests need
+# its auth_request module, which Debian's nginx package includes.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -80,7 +80,9 @@ func TestDegradedMode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("call %d with Redis down: %v", i, err)
 		}
-		if took := time.Since(start); took > 300*time.Millisecond {
+		// A deadline that holds, not a speed: the margin is wide because
+		// the machine running the tests may be busy.
+		if took := time.Since(start); took > 200*time.Millisecond+time.Second {
 			t.Errorf("call %d took %v, want at most the timeout (200ms) and a margin", i, took)
 		}
 		if res.Allowed {
@@ -165,7 +167,10 @@ func TestPausedRedis(t *testing.T) {
 			}
 			start := time.Now()
 			res, err := s.AllowN(cctx, key(t), tollgate.PerSecond(10), 1)
-			if took := time.Since(start); took > wait+100*time.Millisecond {
+			// A deadline that holds, not a speed: the margin is wide because
+			// the machine running the tests may be busy (a hang would be
+			// go-redis's 3 s read timeout, or forever).
+			if took := time.Since(start); took > wait+time.Second {
 				t.Errorf("decision took %v with a deadline of %v", took, wait)
 			}
 			if err != nil || !res.Allowed {

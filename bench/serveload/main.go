@@ -1,0 +1,346 @@
+// Command serveload measures a rate-limit service that speaks Envoy's
+// protocol — tollgate serve, or envoyproxy/ratelimit itself, side by side:
+// decisions per second and latency percentiles, over gRPC with a fixed
+// number of requests in flight, or over HTTP /json with vegeta.
+//
+//	serveload grpc --addr 127.0.0.1:8081 --inflight 64 --values 10000 --duration 10s [--pid PID]
+//	serveload json --url http://127.0.0.1:8080/json --inflight 64 --values 10000 --duration 10s [--pid PID]
+//
+// Every request carries one descriptor, (key, value) with the value drawn
+// at random from --values distinct ones, in --domain. With --pid, the
+// service's CPU time (user + system, from /proc) over the run is divided by
+// the decisions made: its own CPU per decision. The load generator runs on
+// the same machine and competes for its cores: compare services measured in
+// the same run, not figures from different machines.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+type options struct {
+	domain   string
+	key      string
+	values   int
+	inflight int
+	duration time.Duration
+	warmup   time.Duration
+	pid      int
+	conns    int
+	label    string
+}
+
+func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "ask" {
+		os.Exit(ask(os.Args[2:]))
+	}
+	if len(os.Args) < 2 || (os.Args[1] != "grpc" && os.Args[1] != "json") {
+		fmt.Fprintln(os.Stderr, "usage: serveload grpc|json|ask [flags] (serveload grpc -h for the flags)")
+		os.Exit(2)
+	}
+	mode := os.Args[1]
+	fs := flag.NewFlagSet("serveload "+mode, flag.ExitOnError)
+	var o options
+	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address (grpc)")
+	url := fs.String("url", "http://127.0.0.1:8080/json", "/json URL (json)")
+	fs.StringVar(&o.domain, "domain", "bench", "domain of every request")
+	fs.StringVar(&o.key, "key", "client", "descriptor key")
+	fs.IntVar(&o.values, "values", 10000, "distinct descriptor values")
+	fs.IntVar(&o.inflight, "inflight", 64, "requests in flight")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to measure")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before measuring (connections, caches, scripts)")
+	fs.IntVar(&o.pid, "pid", 0, "the service's process id, to measure its CPU per decision")
+	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (Envoy uses one per worker thread)")
+	fs.StringVar(&o.label, "label", "", "a name for the result line")
+	fs.Parse(os.Args[2:])
+	var (
+		res result
+		err error
+	)
+	if mode == "grpc" {
+		res, err = runGRPC(*addr, o)
+	} else {
+		res, err = runJSON(*url, o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serveload:", err)
+		os.Exit(1)
+	}
+	res.print(mode, o)
+}
+
+type result struct {
+	decisions  int
+	errors     int
+	overLimit  int
+	elapsed    time.Duration
+	p50, p99   time.Duration
+	p999       time.Duration
+	cpu        time.Duration // the service's, during the measured run
+	cpuKnown   bool
+	firstError string
+}
+
+func (r result) print(mode string, o options) {
+	label := o.label
+	if label == "" {
+		label = mode
+	}
+	rate := float64(r.decisions) / r.elapsed.Seconds()
+	fmt.Printf("%s: %d decisions in %.1fs = %.0f decisions/s; p50 %v p99 %v p99.9 %v; %d in flight over %d values; over_limit %d; errors %d",
+		label, r.decisions, r.elapsed.Seconds(), rate, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond),
+		o.inflight, o.values, r.overLimit, r.errors)
+	if r.cpuKnown && r.decisions > 0 {
+		fmt.Printf("; service CPU %.1f µs/decision", float64(r.cpu.Microseconds())/float64(r.decisions))
+	}
+	fmt.Println()
+	if r.firstError != "" {
+		fmt.Println("  first error:", r.firstError)
+	}
+}
+
+// cpuTime returns a process's user + system CPU time from /proc.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces) in parens.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks, nil
+}
+
+func values(o options) []string {
+	v := make([]string, o.values)
+	for i := range v {
+		v[i] = "v" + strconv.Itoa(i)
+	}
+	return v
+}
+
+func percentiles(lat []time.Duration) (p50, p99, p999 time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	at := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	return at(0.50), at(0.99), at(0.999)
+}
+
+func runGRPC(addr string, o options) (result, error) {
+	var clients []pb.RateLimitServiceClient
+	for range max(1, o.conns) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return result{}, err
+		}
+		defer conn.Close()
+		clients = append(clients, pb.NewRateLimitServiceClient(conn))
+	}
+	vals := values(o)
+	// Requests are built in advance: the load generator's own allocations
+	// would otherwise compete with the service for the same two cores.
+	reqs := make([]*pb.RateLimitRequest, len(vals))
+	for i, v := range vals {
+		reqs[i] = &pb.RateLimitRequest{Domain: o.domain, Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: o.key, Value: v}}}}}
+	}
+	var (
+		measuring atomic.Bool
+		stop      atomic.Bool
+		mu        sync.Mutex
+		res       result
+		lats      [][]time.Duration
+	)
+	var wg sync.WaitGroup
+	for w := range o.inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[w%len(clients)]
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			lat := make([]time.Duration, 0, 1<<16)
+			var n, errs, over int
+			var firstErr string
+			for !stop.Load() {
+				req := reqs[rng.IntN(len(reqs))]
+				start := time.Now()
+				resp, err := c.ShouldRateLimit(context.Background(), req)
+				took := time.Since(start)
+				if !measuring.Load() {
+					continue
+				}
+				n++
+				lat = append(lat, took)
+				if err != nil {
+					errs++
+					if firstErr == "" {
+						firstErr = err.Error()
+					}
+				} else if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+					over++
+				}
+			}
+			mu.Lock()
+			res.decisions += n
+			res.errors += errs
+			res.overLimit += over
+			if res.firstError == "" {
+				res.firstError = firstErr
+			}
+			lats = append(lats, lat)
+			mu.Unlock()
+		}()
+	}
+	time.Sleep(o.warmup)
+	cpu0, cpuErr := time.Duration(0), error(nil)
+	if o.pid > 0 {
+		cpu0, cpuErr = cpuTime(o.pid)
+	}
+	start := time.Now()
+	measuring.Store(true)
+	time.Sleep(o.duration)
+	measuring.Store(false)
+	res.elapsed = time.Since(start)
+	if o.pid > 0 && cpuErr == nil {
+		if cpu1, err := cpuTime(o.pid); err == nil {
+			res.cpu, res.cpuKnown = cpu1-cpu0, true
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	res.p50, res.p99, res.p999 = percentiles(all)
+	return res, nil
+}
+
+// runJSON drives /json with vegeta: o.inflight workers sending as fast as
+// answers come (a closed loop, like the gRPC mode).
+func runJSON(url string, o options) (result, error) {
+	vals := values(o)
+	bodies := make([][]byte, len(vals))
+	for i, v := range vals {
+		bodies[i] = []byte(`{"domain":"` + o.domain + `","descriptors":[{"entries":[{"key":"` + o.key + `","value":"` + v + `"}]}]}`)
+	}
+	var seq atomic.Uint64
+	header := http.Header{"Content-Type": []string{"application/json"}}
+	targeter := func(t *vegeta.Target) error {
+		// A multiplicative hash of a counter spreads requests over the
+		// values without a shared random source.
+		i := (seq.Add(1) * 0x9E3779B97F4A7C15) >> 32 % uint64(len(bodies))
+		t.Method, t.URL, t.Body, t.Header = http.MethodPost, url, bodies[i], header
+		return nil
+	}
+	attack := func(d time.Duration, m *vegeta.Metrics) {
+		a := vegeta.NewAttacker(vegeta.Workers(uint64(o.inflight)), vegeta.MaxWorkers(uint64(o.inflight)),
+			vegeta.Connections(o.inflight), vegeta.KeepAlive(true))
+		for r := range a.Attack(targeter, vegeta.Rate{Freq: 0}, d, "serveload") {
+			if m != nil {
+				m.Add(r)
+			}
+		}
+	}
+	attack(o.warmup, nil)
+	var m vegeta.Metrics
+	cpu0, cpuErr := time.Duration(0), error(nil)
+	if o.pid > 0 {
+		cpu0, cpuErr = cpuTime(o.pid)
+	}
+	start := time.Now()
+	attack(o.duration, &m)
+	elapsed := time.Since(start)
+	m.Close()
+	res := result{decisions: int(m.Requests), elapsed: elapsed, p50: m.Latencies.P50, p99: m.Latencies.P99, p999: m.Latencies.Quantile(0.999)}
+	if o.pid > 0 && cpuErr == nil {
+		if cpu1, err := cpuTime(o.pid); err == nil {
+			res.cpu, res.cpuKnown = cpu1-cpu0, true
+		}
+	}
+	for code, n := range m.StatusCodes {
+		switch code {
+		case "200":
+		case "429":
+			res.overLimit += n
+		default:
+			res.errors += n
+		}
+	}
+	if len(m.Errors) > 0 {
+		res.firstError = m.Errors[0]
+	}
+	return res, nil
+}
+
+// ask sends one ShouldRateLimit request and prints the response in
+// protojson, like envoyproxy/ratelimit's client:
+//
+//	serveload ask --addr 127.0.0.1:8081 --domain edge --descriptors remote_address=10.0.0.1 --descriptors tenant=a,user=b
+func ask(args []string) int {
+	fs := flag.NewFlagSet("serveload ask", flag.ExitOnError)
+	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address")
+	domain := fs.String("domain", "", "domain")
+	hits := fs.Uint("hits", 0, "hits_addend of the request (0 means 1)")
+	var descs []string
+	fs.Func("descriptors", "a descriptor: key=value,key=value (repeatable)", func(s string) error { descs = append(descs, s); return nil })
+	fs.Parse(args)
+	req := &pb.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
+	for _, d := range descs {
+		desc := &rlv3.RateLimitDescriptor{}
+		for _, kv := range strings.Split(d, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serveload:", err)
+		return 1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serveload:", err)
+		return 1
+	}
+	fmt.Println(protojson.Format(resp))
+	return 0
+}

@@ -1,0 +1,56 @@
+// Package config reads the rate-limit rules that tollgate serve applies: the
+// YAML format of envoyproxy/ratelimit, accepted as it is, plus tollgate's own
+// keys beside it.
+//
+// # The model
+//
+// A file holds one domain (or several YAML documents, one domain each). A
+// domain is a tree of descriptors; each node has a key, an optional value
+// and optionally a rate_limit and nested descriptors:
+//
+//	domain: edge
+//	descriptors:
+//	  - key: remote_address            # any value: one counter per address
+//	    rate_limit: {unit: second, requests_per_unit: 10}
+//	  - key: remote_address            # this value only: blocked
+//	    value: 50.0.0.5
+//	    rate_limit: {unit: second, requests_per_unit: 0}
+//
+// A request names a domain and a descriptor: a list of (key, value) entries.
+// Lookup walks the tree one entry per level. At each level an entry matches,
+// in this order, a node with the same key and value, then a node with the
+// same key whose value is a wildcard pattern ('*' matches any run of
+// characters, anywhere in the value; patterns are tried in file order), then
+// a node with the same key and no value. The rule that applies is the
+// rate_limit of the node matched by the request's last entry: a request with
+// more or fewer entries than the path to a rate_limit has no limit. An
+// unknown domain, or an entry that matches nothing, has no limit either.
+// These are envoyproxy/ratelimit's rules (config_impl.go), except that a
+// wildcard pattern here is matched against the value only, never against the
+// key and value joined by '_' (so key "a" with pattern "b*" cannot match key
+// "a_bx").
+//
+// # Keys of a rate_limit
+//
+// From envoyproxy/ratelimit: unit (second, minute, hour, day, week, month
+// = 30 days, year = 365 days; any case), requests_per_unit (0 denies every
+// request), unlimited, name, replaces (a list of {name}); and beside the
+// rate_limit, on the descriptor: shadow_mode, quota_mode, detailed_metric,
+// value_to_metric, share_threshold and metadata (accepted and ignored).
+//
+// tollgate's extensions, in rate_limit or as defaults at the top of a file:
+//   - algorithm: one of tollgate's six (token_bucket, gcra, fixed_window,
+//     sliding_window_log, sliding_window_counter, leaky_bucket). When no
+//     rule and no file default names one, a rule is a fixed_window, which is
+//     what envoyproxy/ratelimit counts with, so an envoy file keeps its
+//     meaning unchanged.
+//   - burst: the capacity of token_bucket, gcra and leaky_bucket (default:
+//     requests_per_unit). Rejected on the window algorithms, which have none.
+//   - failure_mode: open (answer OK) or closed (answer OVER_LIMIT) when the
+//     store fails or misses its deadline. Default: the server's setting.
+//   - cost: how much one hit spends (default 1); a request spends
+//     hits_addend × cost.
+//
+// Anything else is an error naming the file, the line and the column, and
+// so is every invalid value; Load returns every error of a file at once.
+package config

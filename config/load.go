@@ -1,0 +1,643 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Error is one problem in a file, located to its line and column.
+type Error struct {
+	File   string
+	Line   int
+	Column int
+	Msg    string
+}
+
+// Error formats e as "file:line:column: message".
+func (e *Error) Error() string {
+	if e.Line == 0 {
+		return e.File + ": " + e.Msg
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+}
+
+// maxErrors bounds how many errors one load reports: enough to fix a file
+// in one go, not a wall of text for a binary fed by mistake.
+const maxErrors = 20
+
+// Load reads the rules in path: one YAML file, or every *.yaml and *.yml
+// file directly in a directory (names starting with '.' are skipped, which
+// suits Kubernetes ConfigMap volumes). Every file is parsed and validated;
+// on any error Load returns nil and an error listing up to 20 problems, each
+// with its file, line and column.
+func Load(path string) (*Rules, error) {
+	files, err := listFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	b := newBuilder()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		b.file(f, data)
+	}
+	return b.finish()
+}
+
+// Parse reads the rules in one file's contents; name is used in errors.
+func Parse(name string, data []byte) (*Rules, error) {
+	b := newBuilder()
+	b.file(name, data)
+	return b.finish()
+}
+
+func listFiles(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if !fi.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			continue
+		}
+		f := filepath.Join(path, name)
+		if st, err := os.Stat(f); err != nil || st.IsDir() {
+			continue // a dangling symlink or a directory named *.yaml
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("config: %s holds no .yaml or .yml file", path)
+	}
+	slices.Sort(files)
+	return files, nil
+}
+
+type builder struct {
+	rules   *Rules
+	errs    []error
+	domains map[string]string // domain → where it was defined, for duplicates
+	// file-level defaults of the document being read
+	name     string
+	alg      *tollgate.Algorithm
+	failMode FailureMode
+}
+
+func newBuilder() *builder {
+	return &builder{
+		rules:   &Rules{domains: map[string]*node{}, sources: map[string]string{}},
+		domains: map[string]string{},
+	}
+}
+
+func (b *builder) errorf(n *yaml.Node, format string, args ...any) {
+	if len(b.errs) >= maxErrors {
+		return
+	}
+	e := &Error{File: b.name, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	b.errs = append(b.errs, e)
+}
+
+func (b *builder) finish() (*Rules, error) {
+	if len(b.errs) > 0 {
+		msgs := make([]string, len(b.errs))
+		for i, e := range b.errs {
+			msgs[i] = e.Error()
+		}
+		return nil, &LoadError{Errors: b.errs, msg: "config: " + strings.Join(msgs, "\nconfig: ")}
+	}
+	return b.rules, nil
+}
+
+// LoadError is what Load and Parse return for invalid files: every *Error
+// found, in order.
+type LoadError struct {
+	Errors []error
+	msg    string
+}
+
+// Error lists every problem, one per line.
+func (e *LoadError) Error() string { return e.msg }
+
+// Unwrap returns the *Error values, for errors.As.
+func (e *LoadError) Unwrap() []error { return e.Errors }
+
+func (b *builder) file(name string, data []byte) {
+	b.name = name
+	b.rules.files = append(b.rules.files, name)
+	b.rules.sources[name] = string(data)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	docs := 0
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			b.errs = append(b.errs, &Error{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")})
+			return
+		}
+		if len(doc.Content) == 0 || (doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null") {
+			continue // an empty document, such as after a trailing "---"
+		}
+		docs++
+		b.document(doc.Content[0])
+	}
+	if docs == 0 {
+		b.errs = append(b.errs, &Error{File: name, Msg: "no domain: the file is empty"})
+	}
+}
+
+var rootKeys = []string{"domain", "descriptors", "algorithm", "failure_mode"}
+
+func (b *builder) document(root *yaml.Node) {
+	b.alg, b.failMode = nil, FailDefault
+	if root.Kind != yaml.MappingNode {
+		b.errorf(root, "the top of a rules file must be a mapping with domain and descriptors, found %s", kindName(root))
+		return
+	}
+	var domain string
+	var domainNode, descs *yaml.Node
+	b.mapping(root, rootKeys, func(k string, key, v *yaml.Node) {
+		switch k {
+		case "domain":
+			domain, _ = b.str(v)
+			domainNode = v
+		case "descriptors":
+			descs = v
+		case "algorithm":
+			if s, ok := b.str(v); ok {
+				a, err := tollgate.ParseAlgorithm(s)
+				if err != nil {
+					b.errorf(v, "unknown algorithm %q (want one of token_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, leaky_bucket)", s)
+				} else {
+					b.alg = &a
+				}
+			}
+		case "failure_mode":
+			b.failMode = b.failureMode(v)
+		}
+	})
+	if domain == "" {
+		if domainNode == nil {
+			domainNode = root
+		}
+		b.errorf(domainNode, "domain is missing or empty")
+		return
+	}
+	where := fmt.Sprintf("%s:%d", b.name, domainNode.Line)
+	if prev, ok := b.domains[domain]; ok {
+		b.errorf(domainNode, "domain %q is already defined at %s", domain, prev)
+		return
+	}
+	b.domains[domain] = where
+	top := &node{}
+	b.rules.domains[domain] = top
+	if descs != nil {
+		b.descriptors(top, descs, domain, domain, nil)
+	}
+}
+
+// level is what a rule inherits from one descriptor on its path.
+type level struct {
+	step          string
+	shared        string
+	valueToMetric bool
+}
+
+var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+	"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+
+func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, path []level) {
+	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+		return // "descriptors:" with nothing under it
+	}
+	if seq.Kind != yaml.SequenceNode {
+		b.errorf(seq, "descriptors must be a list, found %s", kindName(seq))
+		return
+	}
+	seen := map[kv]int{}
+	for _, d := range seq.Content {
+		if d.Kind != yaml.MappingNode {
+			b.errorf(d, "a descriptor must be a mapping with a key, found %s", kindName(d))
+			continue
+		}
+		var (
+			key, value                                    string
+			keyNode, valueNode, rl, children              *yaml.Node
+			shadow, quota, detailed, toMetric, shareThres bool
+			shareNode                                     *yaml.Node
+		)
+		b.mapping(d, descriptorKeys, func(k string, kn, v *yaml.Node) {
+			switch k {
+			case "key":
+				key, _ = b.str(v)
+				keyNode = v
+			case "value":
+				value, _ = b.str(v)
+				valueNode = v
+			case "rate_limit":
+				rl = v
+			case "descriptors":
+				children = v
+			case "shadow_mode":
+				shadow = b.boolean(v)
+			case "quota_mode":
+				quota = b.boolean(v)
+			case "detailed_metric":
+				detailed = b.boolean(v)
+			case "value_to_metric":
+				toMetric = b.boolean(v)
+			case "share_threshold":
+				shareThres = b.boolean(v)
+				shareNode = v
+			case "metadata":
+				// Accepted for compatibility: envoyproxy/ratelimit returns it
+				// as dynamic metadata when so configured; tollgate does not.
+			}
+		})
+		if key == "" {
+			if keyNode == nil {
+				keyNode = d
+			}
+			b.errorf(keyNode, "descriptor has no key (or an empty one)")
+			continue
+		}
+		step := key
+		if value != "" {
+			step += "_" + value
+		}
+		if line, dup := seen[kv{key, value}]; dup {
+			at := keyNode
+			if valueNode != nil {
+				at = valueNode
+			}
+			b.errorf(at, "duplicate descriptor %s.%s (first at line %d)", id, step, line)
+			continue
+		}
+		seen[kv{key, value}] = keyNode.Line
+
+		lv := level{step: step, valueToMetric: toMetric && value == ""}
+		wild := strings.Contains(value, "*")
+		if shareThres {
+			if !wild {
+				b.errorf(shareNode, "share_threshold needs a wildcard value (containing '*'), but %s.%s has none", id, step)
+			} else {
+				lv.shared = value
+			}
+		}
+		if wild && toMetric {
+			// value_to_metric on a wildcard shows the request's value
+			// (unless the counter is shared, when the pattern shows).
+			lv.valueToMetric = !shareThres
+		}
+		n := &node{}
+		if value == "" {
+			if parent.bare == nil {
+				parent.bare = map[string]*node{}
+			}
+			parent.bare[key] = n
+		} else {
+			if parent.exact == nil {
+				parent.exact = map[kv]*node{}
+			}
+			parent.exact[kv{key, value}] = n
+			if wild {
+				parent.wild = append(parent.wild, wildcard{key: key, parts: strings.Split(value, "*"), node: n})
+			}
+		}
+		childPath := append(slices.Clip(path), lv)
+		if rl != nil {
+			n.rule = b.rateLimit(rl, domain, id+"."+step, childPath)
+			if n.rule != nil {
+				n.rule.ShadowMode, n.rule.QuotaMode, n.rule.DetailedMetric = shadow, quota, detailed
+				n.rule.Line = keyNode.Line
+			}
+		}
+		if children != nil {
+			b.descriptors(n, children, domain, id+"."+step, childPath)
+		}
+	}
+}
+
+var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
+	"algorithm", "burst", "failure_mode", "cost"}
+
+func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule {
+	if m.Kind != yaml.MappingNode {
+		b.errorf(m, "rate_limit must be a mapping with unit and requests_per_unit, found %s", kindName(m))
+		return nil
+	}
+	nerr := len(b.errs)
+	r := &Rule{Domain: domain, ID: id, File: b.name, Cost: 1, FailureMode: b.failMode, depth: len(path)}
+	var unitNode, rpuNode, algNode, burstNode, costNode, replNode *yaml.Node
+	var burst int
+	alg := tollgate.FixedWindow
+	if b.alg != nil {
+		alg = *b.alg
+	}
+	b.mapping(m, rateLimitKeys, func(k string, kn, v *yaml.Node) {
+		switch k {
+		case "unit":
+			unitNode = kn
+			if s, ok := b.str(v); ok {
+				u, err := ParseUnit(s)
+				if err != nil {
+					b.errorf(v, "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", s)
+				}
+				r.Unit = u
+			}
+		case "requests_per_unit":
+			rpuNode = kn
+			if x, ok := b.uint(v, 1<<32-1); ok {
+				r.RequestsPerUnit = uint32(x)
+			}
+		case "unlimited":
+			r.Unlimited = b.boolean(v)
+		case "name":
+			r.Name, _ = b.str(v)
+		case "replaces":
+			replNode = v
+		case "algorithm":
+			algNode = kn
+			if s, ok := b.str(v); ok {
+				a, err := tollgate.ParseAlgorithm(s)
+				if err != nil {
+					b.errorf(v, "unknown algorithm %q (want one of token_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, leaky_bucket)", s)
+				}
+				alg = a
+			}
+		case "burst":
+			burstNode = kn
+			if x, ok := b.uint(v, 1<<53); ok {
+				if x == 0 {
+					b.errorf(v, "burst must be at least 1")
+				}
+				burst = int(x)
+			}
+		case "failure_mode":
+			r.FailureMode = b.failureMode(v)
+		case "cost":
+			costNode = v
+			if x, ok := b.uint(v, 1<<53); ok {
+				if x == 0 {
+					b.errorf(v, "cost must be at least 1")
+				}
+				r.Cost = int(x)
+			}
+		}
+	})
+	if replNode != nil {
+		r.Replaces = b.replaces(replNode, r.Name)
+	}
+	if r.Unlimited {
+		if unitNode != nil {
+			b.errorf(unitNode, "should not specify rate limit unit when unlimited")
+		}
+		for _, n := range []*yaml.Node{algNode, burstNode, costNode} {
+			if n != nil {
+				b.errorf(n, "an unlimited rate_limit takes no algorithm, burst or cost")
+			}
+		}
+	} else {
+		if unitNode == nil {
+			b.errorf(m, "rate_limit needs a unit (second, minute, hour, day, week, month or year), or unlimited: true")
+		}
+		if rpuNode == nil {
+			b.errorf(m, "rate_limit needs requests_per_unit (0 denies every request)")
+		}
+	}
+	if !r.Unlimited {
+		r.Limit = tollgate.Limit{Algorithm: alg, Rate: int(r.RequestsPerUnit), Period: r.Unit.Duration()}
+	}
+	if len(b.errs) > nerr || r.Unlimited || r.RequestsPerUnit == 0 {
+		// Nothing more to check: an unlimited rule never reaches the
+		// store, and one of requests_per_unit 0 denies without asking it.
+		b.finishRule(r, path)
+		if len(b.errs) > nerr {
+			return nil
+		}
+		return r
+	}
+	switch alg {
+	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
+		r.Limit.Burst = r.Limit.Rate
+		if burst > 0 {
+			r.Limit.Burst = burst
+		}
+	default:
+		if burstNode != nil {
+			b.errorf(burstNode, "burst applies to token_bucket, gcra and leaky_bucket, not to %s (a window admits requests_per_unit per window)", alg)
+		}
+	}
+	if err := r.Limit.Validate(); err != nil {
+		b.errorf(m, "%s", strings.TrimPrefix(err.Error(), "tollgate: "))
+	} else if c := r.Limit.Capacity(); r.Cost > c {
+		b.errorf(costNode, "cost %d is more than %s can ever admit at once (%d)", r.Cost, r.Limit, c)
+	}
+	b.finishRule(r, path)
+	if len(b.errs) > nerr {
+		return nil
+	}
+	return r
+}
+
+func (b *builder) finishRule(r *Rule, path []level) {
+	r.steps = make([]string, len(path))
+	for i, lv := range path {
+		r.steps[i] = lv.step
+		if lv.shared != "" {
+			if r.shared == nil {
+				r.shared = make([]string, len(path))
+			}
+			r.shared[i] = lv.shared
+		}
+		if lv.valueToMetric {
+			if r.valueToMetric == nil {
+				r.valueToMetric = make([]bool, len(path))
+			}
+			r.valueToMetric[i] = true
+		}
+	}
+	r.Index = len(b.rules.all)
+	b.rules.all = append(b.rules.all, r)
+}
+
+func (b *builder) replaces(seq *yaml.Node, own string) []string {
+	if seq.Kind != yaml.SequenceNode {
+		b.errorf(seq, "replaces must be a list of {name: ...}, found %s", kindName(seq))
+		return nil
+	}
+	var names []string
+	for _, e := range seq.Content {
+		if e.Kind != yaml.MappingNode {
+			b.errorf(e, "a replaces entry must be a mapping with a name, found %s", kindName(e))
+			continue
+		}
+		var name string
+		b.mapping(e, []string{"name"}, func(_ string, _, v *yaml.Node) { name, _ = b.str(v) })
+		switch {
+		case name == "":
+			b.errorf(e, "should not have an empty replaces entry")
+		case name == own:
+			b.errorf(e, "replaces should not contain name of same descriptor (%q)", own)
+		default:
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// mapping calls f for each key of m, rejecting unknown and repeated keys.
+func (b *builder) mapping(m *yaml.Node, allowed []string, f func(k string, key, value *yaml.Node)) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias
+		}
+		if k.Kind != yaml.ScalarNode {
+			b.errorf(k, "a key must be a string, found %s", kindName(k))
+			continue
+		}
+		if !slices.Contains(allowed, k.Value) {
+			hint := ""
+			if s := closest(k.Value, allowed); s != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			b.errorf(k, "unknown key %q%s; allowed here: %s", k.Value, hint, strings.Join(allowed, ", "))
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			b.errorf(k, "key %q repeated (first at line %d)", k.Value, line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		f(k.Value, k, v)
+	}
+}
+
+func (b *builder) str(v *yaml.Node) (string, bool) {
+	if v.Kind != yaml.ScalarNode {
+		b.errorf(v, "want a string, found %s", kindName(v))
+		return "", false
+	}
+	if v.Tag == "!!null" {
+		return "", true
+	}
+	return v.Value, true
+}
+
+func (b *builder) boolean(v *yaml.Node) bool {
+	var x bool
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&x) != nil {
+		b.errorf(v, "want true or false, found %s", describe(v))
+	}
+	return x
+}
+
+func (b *builder) uint(v *yaml.Node, max uint64) (uint64, bool) {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!int" {
+		x, err := strconv.ParseUint(strings.ReplaceAll(v.Value, "_", ""), 0, 64)
+		if err == nil && x <= max {
+			return x, true
+		}
+	}
+	b.errorf(v, "want a whole number from 0 to %d, found %s", max, describe(v))
+	return 0, false
+}
+
+func (b *builder) failureMode(v *yaml.Node) FailureMode {
+	s, ok := b.str(v)
+	if !ok {
+		return FailDefault
+	}
+	switch s {
+	case "open":
+		return FailOpen
+	case "closed":
+		return FailClosed
+	}
+	b.errorf(v, "failure_mode must be open or closed, found %q", s)
+	return FailDefault
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return describe(n)
+}
+
+func describe(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return kindName(n)
+	}
+	if n.Tag == "!!null" {
+		return "nothing"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// closest returns the allowed key nearest to k by edit distance, when it is
+// close enough to be a likely typo.
+func closest(k string, allowed []string) string {
+	best, bestD := "", 4
+	for _, a := range allowed {
+		if d := distance(k, a); d < bestD {
+			best, bestD = a, d
+		}
+	}
+	return best
+}
+
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

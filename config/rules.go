@@ -1,0 +1,353 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Unit is the time unit of an envoy rate limit. Its values are those of
+// envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit, so a server
+// can convert it with a plain cast.
+type Unit int32
+
+// The units envoyproxy/ratelimit accepts. A month is 30 days and a year 365,
+// as there.
+const (
+	UnitUnknown Unit = 0
+	Second      Unit = 1
+	Minute      Unit = 2
+	Hour        Unit = 3
+	Day         Unit = 4
+	Month       Unit = 5
+	Year        Unit = 6
+	Week        Unit = 7
+)
+
+var unitNames = map[string]Unit{
+	"second": Second, "minute": Minute, "hour": Hour, "day": Day,
+	"week": Week, "month": Month, "year": Year,
+}
+
+// ParseUnit returns the unit named s, in any case ("minute", "MINUTE").
+func ParseUnit(s string) (Unit, error) {
+	if u, ok := unitNames[strings.ToLower(s)]; ok {
+		return u, nil
+	}
+	return UnitUnknown, fmt.Errorf("config: unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+}
+
+// Duration returns the length of the unit.
+func (u Unit) Duration() time.Duration {
+	switch u {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	case Day:
+		return 24 * time.Hour
+	case Week:
+		return 7 * 24 * time.Hour
+	case Month:
+		return 30 * 24 * time.Hour
+	case Year:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+// String returns the unit's name in lower case, as files spell it.
+func (u Unit) String() string {
+	for name, v := range unitNames {
+		if v == u {
+			return name
+		}
+	}
+	return "unknown"
+}
+
+// FailureMode says what a rule answers when the store fails or misses its
+// deadline.
+type FailureMode uint8
+
+const (
+	// FailDefault defers to the server's setting.
+	FailDefault FailureMode = iota
+	// FailOpen answers OK: traffic flows unlimited while the store is away.
+	FailOpen
+	// FailClosed answers OVER_LIMIT: nothing passes while the store is away.
+	FailClosed
+)
+
+// String returns "open", "closed" or "default".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "default"
+}
+
+// Rule is one rate_limit of a file, as a server applies it. Rules are
+// immutable once loaded and shared by every request.
+type Rule struct {
+	// Domain is the domain the rule belongs to.
+	Domain string
+	// ID names the rule as envoyproxy/ratelimit names its statistics: the
+	// domain and the path of the descriptor, such as
+	// "edge.remote_address" or "messaging.message_type_marketing.to_number".
+	ID string
+	// Name is rate_limit.name, the name other rules' replaces refer to.
+	Name string
+	// Replaces lists the names of the rules this one drops from a request
+	// when both apply.
+	Replaces []string
+	// Unit and RequestsPerUnit are the envoy limit as written.
+	Unit            Unit
+	RequestsPerUnit uint32
+	// Unlimited rules answer OK without touching the store.
+	Unlimited bool
+	// Limit is what the store decides with: RequestsPerUnit per Unit, with
+	// the rule's algorithm and burst. Zero when Unlimited; its Rate is 0
+	// (so it is no valid limit for a store) when the rule denies every
+	// request.
+	Limit tollgate.Limit
+	// Cost is how much one hit spends (at least 1).
+	Cost int
+	// FailureMode decides when the store fails.
+	FailureMode FailureMode
+	// ShadowMode rules count but always answer OK.
+	ShadowMode bool
+	// QuotaMode rules make a request OVER_LIMIT only when every quota rule
+	// of the request is over its limit.
+	QuotaMode bool
+	// DetailedMetric rules report metrics under the request's values rather
+	// than under ID.
+	DetailedMetric bool
+	// File and Line locate the rule's descriptor.
+	File string
+	Line int
+
+	// Index is the rule's position in Rules.All: servers use it to keep
+	// per-rule state in a slice.
+	Index int
+
+	// depth is the number of entries a request needs to reach the rule.
+	depth int
+	// shared[i], when not empty, replaces the value of the request's entry
+	// i in the counter's key: a share_threshold wildcard, so that every
+	// value it matches spends one counter.
+	shared []string
+	// valueToMetric[i] says that metrics show the request's value of entry
+	// i (value_to_metric).
+	valueToMetric []bool
+	// steps[i] is the part of ID for entry i: "key" or "key_value".
+	steps []string
+}
+
+// MetricID returns the name metrics report a request under: ID, except
+// that with detailed_metric every entry shows the request's key_value, and
+// with value_to_metric the entries so marked do. It allocates only for
+// those rules.
+func MetricID[E Entry](r *Rule, entries []E) string {
+	if !r.HasValueToMetric() || len(entries) != len(r.steps) {
+		return r.ID
+	}
+	n := len(r.Domain)
+	for _, e := range entries {
+		n += 2 + len(e.GetKey()) + len(e.GetValue())
+	}
+	b := make([]byte, 0, n)
+	b = append(b, r.Domain...)
+	for i, e := range entries {
+		b = append(b, '.')
+		if !r.ValueToMetric(i) {
+			b = append(b, r.steps[i]...)
+			continue
+		}
+		b = append(b, e.GetKey()...)
+		if v := e.GetValue(); v != "" {
+			b = append(b, '_')
+			b = append(b, v...)
+		}
+	}
+	return string(b)
+}
+
+// DenyAll reports whether the rule denies every request that spends
+// something (requests_per_unit: 0).
+func (r *Rule) DenyAll() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
+
+// SharedValue returns the value that replaces the request's entry i in the
+// counter's key, and whether there is one (share_threshold).
+func (r *Rule) SharedValue(i int) (string, bool) {
+	if i < len(r.shared) && r.shared[i] != "" {
+		return r.shared[i], true
+	}
+	return "", false
+}
+
+// HasSharedValues reports whether any entry's value is replaced in the
+// counter's key.
+func (r *Rule) HasSharedValues() bool { return len(r.shared) > 0 }
+
+// ValueToMetric reports whether metrics show the request's value of entry
+// i (value_to_metric). DetailedMetric shows every value.
+func (r *Rule) ValueToMetric(i int) bool {
+	return r.DetailedMetric || (i < len(r.valueToMetric) && r.valueToMetric[i])
+}
+
+// HasValueToMetric reports whether any entry's value shows in metrics.
+func (r *Rule) HasValueToMetric() bool { return r.DetailedMetric || len(r.valueToMetric) > 0 }
+
+// Entry is what Lookup needs of a request's descriptor entry. The generated
+// *envoy.extensions.common.ratelimit.v3.RateLimitDescriptor_Entry satisfies
+// it, so a server matches protobuf requests without copying them.
+type Entry interface {
+	GetKey() string
+	GetValue() string
+}
+
+// KV is a plain Entry.
+type KV struct{ Key, Value string }
+
+// GetKey returns kv.Key.
+func (kv KV) GetKey() string { return kv.Key }
+
+// GetValue returns kv.Value.
+func (kv KV) GetValue() string { return kv.Value }
+
+// Rules is a loaded, validated set of domains. It is immutable: a reload
+// builds a new one and swaps it in.
+type Rules struct {
+	domains map[string]*node
+	all     []*Rule
+	files   []string
+	// sources are the contents that were loaded, by file: a reload whose
+	// files have not changed can be skipped.
+	sources map[string]string
+}
+
+// node is one descriptor of the tree.
+type node struct {
+	exact map[kv]*node // children with a value, by key and value
+	bare  map[string]*node
+	wild  []wildcard // children whose value has a '*', in file order
+	rule  *Rule
+}
+
+type kv struct{ key, value string }
+
+type wildcard struct {
+	key   string
+	parts []string // the pattern split at '*'
+	node  *node
+}
+
+func (n *node) hasChildren() bool {
+	return len(n.exact) > 0 || len(n.bare) > 0 || len(n.wild) > 0
+}
+
+// Lookup returns the rule that applies to a descriptor of domain, or nil
+// when none does (see the package documentation for the matching order).
+// It allocates nothing.
+func Lookup[E Entry](r *Rules, domain string, entries []E) *Rule {
+	if r == nil || len(entries) == 0 {
+		return nil
+	}
+	n := r.domains[domain]
+	if n == nil {
+		return nil
+	}
+	for i, e := range entries {
+		key, value := e.GetKey(), e.GetValue()
+		next := n.exact[kv{key, value}]
+		if next == nil {
+			for _, w := range n.wild {
+				if w.key == key && wildcardMatch(w.parts, value) {
+					next = w.node
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.bare[key]
+		}
+		if next == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return next.rule
+		}
+		if !next.hasChildren() {
+			return nil
+		}
+		n = next
+	}
+	return nil
+}
+
+// HasDomain reports whether domain is configured.
+func (r *Rules) HasDomain(domain string) bool {
+	_, ok := r.domains[domain]
+	return ok
+}
+
+// Domains returns the number of domains.
+func (r *Rules) Domains() int { return len(r.domains) }
+
+// DomainNames returns the names of the domains, sorted.
+func (r *Rules) DomainNames() []string {
+	names := make([]string, 0, len(r.domains))
+	for d := range r.domains {
+		names = append(names, d)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// All returns every rule, in file order; Rule.Index is the position here.
+func (r *Rules) All() []*Rule { return r.all }
+
+// Files returns the files the rules were loaded from.
+func (r *Rules) Files() []string { return r.files }
+
+// Same reports whether o was loaded from exactly the same files with the
+// same contents, so that swapping it in would change nothing.
+func (r *Rules) Same(o *Rules) bool {
+	if r == nil || o == nil || len(r.sources) != len(o.sources) {
+		return false
+	}
+	for f, s := range r.sources {
+		if t, ok := o.sources[f]; !ok || s != t {
+			return false
+		}
+	}
+	return true
+}
+
+// wildcardMatch reports whether value matches a pattern split at its '*'s:
+// it starts with the first part, ends with the last, and holds the middle
+// parts in order between them, without overlapping.
+func wildcardMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}

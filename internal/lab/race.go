@@ -1,0 +1,398 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+// RaceLimit is the race demo's bucket: 20 tokens per second, burst 100.
+var RaceLimit = tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 20, Period: time.Second, Burst: 100}
+
+// raceFirst is what the first call takes from the full bucket before the
+// processes race for the rest. Leaving little keeps the bucket from filling
+// up to its capacity again during the race (90 tokens take 4.5 s), so no
+// refill is lost to the cap and the count is exact: burst + refill.
+const raceFirst = 90
+
+// Race modes: which limiter a worker process hammers.
+const (
+	// RaceNaive is a token bucket decided in Go between a read and a write:
+	// TIME and HMGET, then HSET — GET, compare, SET.
+	RaceNaive = "naive"
+	// RaceLua is redisstore's token bucket: one script call per decision.
+	RaceLua = "lua"
+)
+
+// RaceConfig sets up the race demo.
+type RaceConfig struct {
+	// URL is the Redis the worker processes connect to.
+	URL string
+	// Spawn returns the command that runs RaceWorker(ctx, args, stdout) in
+	// a new OS process: `tollgate demo race-worker args...` for the
+	// command, the test binary itself in tests.
+	Spawn func(ctx context.Context, args []string) *exec.Cmd
+	// Goroutines per process (default 32) and requests per goroutine
+	// (default 1000).
+	Goroutines, Requests int
+}
+
+// RaceRun is the outcome of one limiter's race. All times are Redis times.
+type RaceRun struct {
+	Mode string
+	// Admitted counts every admitted request: the first call's raceFirst
+	// plus what each process got.
+	Admitted   int64
+	PerProcess [2]int64
+	// Bound is the most a correct limiter admits: the burst plus the tokens
+	// refilled over Span. For the Lua limiter Span runs from the first to
+	// the last admitted decision (the times the script stored), and
+	// Admitted equals Bound exactly; the naive one stores times out of
+	// order, so its Span runs from the first decision until the processes
+	// had exited — a bound it overruns anyway.
+	Bound    int64
+	Refilled int64
+	Span     time.Duration
+}
+
+// Race starts two OS processes that hammer one token-bucket key
+// (RaceLimit) with Goroutines × Requests calls each: first through a naive
+// GET-compare-SET limiter, then through redisstore's script. A first call
+// takes raceFirst of the burst's tokens, so the processes race for the rest
+// and for what refills. The naive limiter admits more than any correct one
+// could, because calls read the same tokens and each writes back its own
+// decrement; the script admits exactly burst + refill, and Race checks that
+// to the unit, from the state the script left.
+func Race(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg RaceConfig) ([2]RaceRun, error) {
+	var runs [2]RaceRun
+	if cfg.URL == "" || cfg.Spawn == nil || cfg.Goroutines < 0 || cfg.Requests < 0 {
+		return runs, errors.New("lab: race: the config needs the URL of the Redis and a Spawn function, and no negative counts")
+	}
+	if cfg.Goroutines == 0 {
+		cfg.Goroutines = 32
+	}
+	if cfg.Requests == 0 {
+		cfg.Requests = 1000
+	}
+	fmt.Fprintf(w, "# %s on one key; a first call takes %d tokens, then 2 processes × %d goroutines × %d requests race for the rest (Redis time)\n",
+		describe(RaceLimit), raceFirst, cfg.Goroutines, cfg.Requests)
+	for i, mode := range []string{RaceNaive, RaceLua} {
+		r, err := race(ctx, rdb, cfg, mode)
+		if err != nil {
+			return runs, err
+		}
+		runs[i] = r
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range runs {
+		name := "naive GET-compare-SET"
+		if r.Mode == RaceLua {
+			name = "lua (redisstore)"
+		}
+		verdict := "exactly the bound"
+		switch {
+		case r.Admitted > r.Bound:
+			verdict = fmt.Sprintf("%d too many", r.Admitted-r.Bound)
+		case r.Admitted < r.Bound:
+			verdict = fmt.Sprintf("%d under the bound (the requests ran out first)", r.Bound-r.Admitted)
+		}
+		fmt.Fprintf(tw, "%s\tadmitted=%d (%d + %d + %d)\tbound=%d (burst %d + %d refilled in %v)\t%s\n",
+			name, r.Admitted, raceFirst, r.PerProcess[0], r.PerProcess[1], r.Bound, RaceLimit.Burst, r.Refilled, r.Span, verdict)
+	}
+	return runs, tw.Flush()
+}
+
+func race(ctx context.Context, rdb redis.UniversalClient, cfg RaceConfig, mode string) (RaceRun, error) {
+	run := RaceRun{Mode: mode}
+	p, err := RaceLimit.Params()
+	if err != nil {
+		return run, fmt.Errorf("lab: race: %w", err)
+	}
+	id := freshKey("race")
+	key := id
+	if mode == RaceLua {
+		key = redisstore.New(rdb).Key(id, RaceLimit)
+	}
+	ready, start := id+":ready", id+":go"
+	defer rdb.Del(context.WithoutCancel(ctx), ready, start, key)
+
+	// Start both processes and wait until both are connected, so neither
+	// gets a head start whatever their start-up takes.
+	args := []string{mode, cfg.URL, id, strconv.Itoa(cfg.Goroutines), strconv.Itoa(cfg.Requests)}
+	var (
+		wg      sync.WaitGroup
+		outs    [2]bytes.Buffer // stdout: the count
+		logs    [2]bytes.Buffer // stderr
+		errs    [2]error
+		workers [2]*exec.Cmd
+	)
+	for i := range workers {
+		cmd := cfg.Spawn(ctx, args)
+		cmd.Stdout, cmd.Stderr = &outs[i], &logs[i]
+		if err := cmd.Start(); err != nil {
+			for _, c := range workers[:i] {
+				_ = c.Process.Kill()
+				_ = c.Wait()
+			}
+			return run, fmt.Errorf("lab: race: start a worker process: %w", err)
+		}
+		workers[i] = cmd
+	}
+	for i, cmd := range workers {
+		wg.Go(func() { errs[i] = cmd.Wait() })
+	}
+	var first int64 // Redis time (µs) at which the race's bucket was full
+	waitErr := func() error {
+		if err := waitFor(ctx, rdb, ready, 2); err != nil {
+			return err
+		}
+		// The first call, then the start signal.
+		if mode == RaceLua {
+			res, err := redisstore.New(rdb).AllowN(ctx, id, RaceLimit, raceFirst)
+			if err != nil {
+				return err
+			}
+			if !res.Allowed {
+				return fmt.Errorf("the first call was denied: %+v", res)
+			}
+			b, err := readBucket(ctx, rdb, key)
+			if err != nil {
+				return err
+			}
+			first = b.ts
+		} else {
+			now, err := redisTime(ctx, rdb)
+			if err != nil {
+				return err
+			}
+			first = now.UnixMicro()
+			if err := rdb.HSet(ctx, key, "t", (p.Burst-raceFirst)*p.Unit, "ts", first).Err(); err != nil {
+				return err
+			}
+		}
+		return rdb.Set(ctx, start, 1, time.Minute).Err()
+	}()
+	if waitErr != nil {
+		// Without the start signal the workers would wait in vain.
+		for _, c := range workers {
+			_ = c.Process.Kill()
+		}
+	}
+	wg.Wait()
+	if waitErr != nil {
+		return run, fmt.Errorf("lab: race %s: %w (workers: %q, %q)", mode, waitErr, logs[0].String(), logs[1].String())
+	}
+	for i, err := range errs {
+		if err != nil {
+			return run, fmt.Errorf("lab: race %s: worker %d: %w: %s", mode, i, err, logs[i].String())
+		}
+		if _, err := fmt.Sscan(outs[i].String(), &run.PerProcess[i]); err != nil {
+			return run, fmt.Errorf("lab: race %s: worker %d printed %q", mode, i, outs[i].String())
+		}
+	}
+	run.Admitted = raceFirst + run.PerProcess[0] + run.PerProcess[1]
+
+	// The bound, in Redis time.
+	if mode == RaceNaive {
+		// The naive limiter's stored time can go backwards (a slow call
+		// writes an older time over a newer one), so count the refill up
+		// to now, after the processes exited: generous to it.
+		end, err := redisTime(ctx, rdb)
+		if err != nil {
+			return run, err
+		}
+		run.Span = time.Duration(end.UnixMicro()-first) * time.Microsecond
+		run.Refilled = (end.UnixMicro() - first) * p.UnitRate / p.Unit
+		run.Bound = p.Burst + run.Refilled
+		return run, nil
+	}
+	// The script stores the time of the last admitted decision, and never
+	// lets the bucket reach its capacity during the race (see raceFirst), so
+	// every unit refilled between the first and the last decision was
+	// either spent or is still there: admitted × unit + left = burst × unit
+	// + refill, to the unit.
+	last, err := readBucket(ctx, rdb, key)
+	if err != nil {
+		return run, err
+	}
+	refilled := (last.ts - first) * p.UnitRate
+	run.Span = time.Duration(last.ts-first) * time.Microsecond
+	run.Refilled = refilled / p.Unit
+	run.Bound = p.Burst + run.Refilled
+	if got, want := run.Admitted*p.Unit+last.tokens, p.Burst*p.Unit+refilled; got != want {
+		return run, fmt.Errorf("lab: race lua: admitted %d tokens (%d units) and %d units are left, but burst + refill is %d units: the script lost atomicity",
+			run.Admitted, run.Admitted*p.Unit, last.tokens, want)
+	}
+	return run, nil
+}
+
+// bucketState is a token bucket as the race's limiters store it: tokens in
+// units, and the time of the last update in µs.
+type bucketState struct{ tokens, ts int64 }
+
+func readBucket(ctx context.Context, rdb redis.UniversalClient, key string) (bucketState, error) {
+	v, err := rdb.HMGet(ctx, key, "t", "ts").Result()
+	if err != nil {
+		return bucketState{}, fmt.Errorf("lab: race: read %s: %w", key, err)
+	}
+	var b bucketState
+	var err1, err2 error
+	if s, ok := v[0].(string); ok {
+		b.tokens, err1 = strconv.ParseInt(s, 10, 64)
+	} else {
+		err1 = errors.New("no tokens")
+	}
+	if s, ok := v[1].(string); ok {
+		b.ts, err2 = strconv.ParseInt(s, 10, 64)
+	} else {
+		err2 = errors.New("no time")
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		return b, fmt.Errorf("lab: race: %s holds %v: %w", key, v, err)
+	}
+	return b, nil
+}
+
+// waitFor polls key until it holds at least n, or ctx ends, or 30 s pass.
+func waitFor(ctx context.Context, rdb redis.UniversalClient, key string, n int64) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := rdb.Get(ctx, key).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		if v >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is %d after 30 s, want %d", key, v, n)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// RaceWorker is one of Race's processes. Its arguments are the mode
+// (RaceNaive or RaceLua), the Redis URL, the demo's key, goroutines and
+// requests per goroutine. It says it is ready, waits for the start signal,
+// hammers the key, and prints how many requests were admitted.
+func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
+	if len(args) != 5 || (args[0] != RaceNaive && args[0] != RaceLua) {
+		return fmt.Errorf("lab: race worker: want arguments: naive|lua URL KEY GOROUTINES REQUESTS, got %q", args)
+	}
+	mode, url, id := args[0], args[1], args[2]
+	goroutines, err1 := strconv.Atoi(args[3])
+	requests, err2 := strconv.Atoi(args[4])
+	if err := errors.Join(err1, err2); err != nil || goroutines < 1 || requests < 1 {
+		return fmt.Errorf("lab: race worker: bad counts %q: %v", args[3:], err)
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("lab: race worker: %w", err)
+	}
+	opt.PoolSize = goroutines
+	opt.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	p, err := RaceLimit.Params()
+	if err != nil {
+		return fmt.Errorf("lab: race worker: %w", err)
+	}
+
+	var allow func(context.Context) (bool, error)
+	if mode == RaceLua {
+		allow = storeAllow(redisstore.New(rdb), id, RaceLimit)
+	} else {
+		allow = func(ctx context.Context) (bool, error) { return naiveBucket(ctx, rdb, id, p) }
+	}
+	// Open the pool's connections before saying ready, so the start is
+	// not spent dialling.
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() { _ = rdb.Ping(ctx).Err() })
+	}
+	wg.Wait()
+	if err := rdb.Incr(ctx, id+":ready").Err(); err != nil {
+		return fmt.Errorf("lab: race worker: %w", err)
+	}
+	if err := waitFor(ctx, rdb, id+":go", 1); err != nil {
+		return fmt.Errorf("lab: race worker: wait for the start: %w", err)
+	}
+
+	var admitted atomic.Int64
+	var failed atomic.Pointer[error]
+	for range goroutines {
+		wg.Go(func() {
+			for range requests {
+				ok, err := allow(ctx)
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return fmt.Errorf("lab: race worker: %w", *err)
+	}
+	_, err = fmt.Fprintln(w, admitted.Load())
+	return err
+}
+
+// naiveBucket is the limiter the course warns about: the same token bucket,
+// in the same integer units, decided in Go between a read (TIME and HMGET,
+// pipelined) and a write (HSET). Nothing holds the key in between, so calls
+// that read the same tokens each spend one and write back their own count.
+func naiveBucket(ctx context.Context, rdb *redis.Client, key string, p tollgate.Params) (bool, error) {
+	var (
+		now *redis.TimeCmd
+		st  *redis.SliceCmd
+	)
+	if _, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		now = pipe.Time(ctx)
+		st = pipe.HMGet(ctx, key, "t", "ts")
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	t := now.Val().UnixMicro()
+	capacity := p.Burst * p.Unit
+	tokens, ts := capacity, t
+	if v := st.Val(); len(v) == 2 && v[0] != nil {
+		s0, ok0 := v[0].(string)
+		s1, ok1 := v[1].(string)
+		var err0, err1 error
+		tokens, err0 = strconv.ParseInt(s0, 10, 64)
+		ts, err1 = strconv.ParseInt(s1, 10, 64)
+		if !ok0 || !ok1 || err0 != nil || err1 != nil {
+			return false, fmt.Errorf("%s holds %v, not a bucket", key, v)
+		}
+	}
+	if t > ts {
+		tokens = min(capacity, tokens+(t-ts)*p.UnitRate)
+		ts = t
+	}
+	if tokens < p.Unit {
+		return false, nil
+	}
+	tokens -= p.Unit
+	return true, rdb.HSet(ctx, key, "t", tokens, "ts", ts).Err()
+}

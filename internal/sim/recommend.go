@@ -1,0 +1,112 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+// The tuning rule of the second seed document: a refill rate slightly above
+// the client's sustained p99 requests per second, so normal use never meets
+// the limit, and a bucket that absorbs 5 to 10 seconds of that p99, for a
+// batch job's retry or a page's burst of calls.
+const (
+	rateMargin = 1.10 // "slightly above": p99 + 10%
+	minBurstS  = 5    // seconds of p99 in the bucket, at least
+	maxBurstS  = 10   // and at most
+	target     = 0.99 // the share of requests the limit must let through
+)
+
+// Recommendation is a token-bucket limit suggested for one client's traffic.
+type Recommendation struct {
+	// Requests and Span describe the traffic.
+	Requests int
+	Span     time.Duration
+	// P50, P95, P99 and Max are the client's requests per second, over
+	// every second of Span (idle ones included).
+	P50, P95, P99, Max int
+	// Limit is the suggestion: a token bucket of Limit.Rate per second,
+	// Burst tokens, which is BurstSeconds of P99.
+	Limit        tollgate.Limit
+	BurstSeconds int
+	// Admitted is the share of the traffic's requests that Limit admits
+	// (simulated): at least 0.99 unless Met is false.
+	Admitted float64
+	Met      bool
+}
+
+// Recommend suggests a token bucket for tr, by the rule above: a rate of
+// p99 + 10% per second, and the smallest burst of 5 to 10 seconds of p99
+// that, simulated over tr, admits at least 99% of its requests. When even
+// 10 seconds does not, it says so (Met is false): the traffic's peaks are
+// longer than a bucket should absorb, and the rate itself must rise.
+func Recommend(tr Traffic) (Recommendation, error) {
+	rec := Recommendation{Requests: len(tr.Times), Span: tr.Span}
+	if len(tr.Times) == 0 {
+		return rec, fmt.Errorf("sim: recommend: %s has no requests", tr.Name)
+	}
+	perSecond := histogram(tr.Times, time.Second, int(tr.Span/time.Second)+1)
+	slices.Sort(perSecond)
+	q := func(p float64) int { // nearest rank
+		i := int(math.Ceil(p*float64(len(perSecond)))) - 1
+		return perSecond[max(i, 0)]
+	}
+	rec.P50, rec.P95, rec.P99, rec.Max = q(0.50), q(0.95), q(0.99), perSecond[len(perSecond)-1]
+
+	rate := max(1, int(math.Ceil(float64(rec.P99)*rateMargin)))
+	for s := minBurstS; s <= maxBurstS; s++ {
+		l := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: rate, Period: time.Second, Burst: max(1, rec.P99*s)}
+		admitted, err := admittedShare(tr, l)
+		if err != nil {
+			return rec, err
+		}
+		rec.Limit, rec.BurstSeconds, rec.Admitted = l, s, admitted
+		if admitted >= target {
+			rec.Met = true
+			break
+		}
+	}
+	return rec, nil
+}
+
+// admittedShare simulates tr through a token bucket of l.
+func admittedShare(tr Traffic, l tollgate.Limit) (float64, error) {
+	var now time.Time
+	s := memorystore.New(memorystore.WithClock(func() time.Time { return now }), memorystore.WithShards(1))
+	admitted := 0
+	for _, at := range tr.Times {
+		now = base.Add(at)
+		res, err := s.AllowN(context.Background(), "client", l, 1)
+		if err != nil {
+			return 0, fmt.Errorf("sim: recommend: %w", err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	return float64(admitted) / float64(len(tr.Times)), nil
+}
+
+// Write prints the recommendation for people.
+func (r Recommendation) Write(w io.Writer) error {
+	_, err := fmt.Fprintf(w, `Traffic: %d requests over %v. Requests per second: p50 %d, p95 %d, p99 %d, max %d.
+Recommended: a token bucket of %d/s (p99 + 10%%), burst %d (%d s of p99): it admits %.2f%% of these requests%s.
+  tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: %d, Period: time.Second, Burst: %d}
+`, r.Requests, r.Span.Round(time.Millisecond), r.P50, r.P95, r.P99, r.Max,
+		r.Limit.Rate, r.Limit.Burst, r.BurstSeconds, 100*r.Admitted, metText(r.Met),
+		r.Limit.Rate, r.Limit.Burst)
+	return err
+}
+
+func metText(met bool) string {
+	if met {
+		return ""
+	}
+	return "; less than 99% even with 10 s of burst: this client's peaks last longer than a bucket should absorb, so raise the rate, not the burst"
+}

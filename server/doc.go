@@ -1,0 +1,46 @@
+// Package server is tollgate's decision service: the rate-limit service that
+// gateways call, a drop-in for envoyproxy/ratelimit.
+//
+// A Server holds the rules (package config) and a tollgate.Store, and
+// answers:
+//
+//   - gRPC envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, the
+//     protocol Envoy, Istio, Contour, Emissary and Envoy Gateway speak
+//     (RegisterGRPC), with the grpc.health.v1 service beside it;
+//   - POST /json, the same messages in protojson: 200 when OK, 429 when over
+//     the limit, as envoyproxy/ratelimit answers;
+//   - GET /healthcheck (200 "OK" until shutdown begins), GET /readyz (200
+//     only while rules are loaded, the store answers and no shutdown has
+//     begun) and GET /metrics (Prometheus) (Handler);
+//   - an endpoint for nginx's auth_request and forward-auth proxies
+//     (AuthHandler), and a rate-limiting reverse proxy (Proxy), which build
+//     descriptors from HTTP requests.
+//
+// Answers carry the IETF RateLimit-Policy and RateLimit fields (and
+// Retry-After when over the limit), written by httplimit/headers: in
+// response_headers_to_add over gRPC, as HTTP headers elsewhere.
+//
+// # One request
+//
+// For each descriptor of a request, in order, the rule is looked up
+// (config.Lookup). Then rules named in another matched rule's replaces are
+// dropped, exactly as envoyproxy/ratelimit does. Each remaining rule spends
+// hits × cost from the counter of the request's entries — the descriptor's
+// hits_addend when set (0 looks without spending), else the request's
+// (0 meaning 1). Unlimited rules and descriptors without a rule answer OK
+// without touching the store; a rule of requests_per_unit 0 answers
+// OVER_LIMIT without touching it either.
+//
+// The counter of a descriptor is keyed by the domain and the request's
+// entries (keys and values, escaped so that no two descriptors share one;
+// a share_threshold wildcard contributes its pattern instead of the value),
+// not by the rule: changing a rule's limit keeps what was spent.
+//
+// Every store call of a request runs under one deadline (WithTimeout, 50 ms
+// by default). When the store fails or misses it, the rule's failure mode
+// decides — open answers OK, closed answers OVER_LIMIT — and the answer is
+// counted (outcome "fail_open" or "fail_closed") and logged, at most once
+// a second with the number of events folded in. A service whose Redis is
+// gone therefore keeps answering within its deadline, and /readyz says it
+// is not ready.
+package server

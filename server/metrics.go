@@ -1,0 +1,134 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// outcome is what happened to one descriptor of a request.
+type outcome uint8
+
+const (
+	outcomeOK         outcome = iota // under the limit
+	outcomeOverLimit                 // over the limit: OVER_LIMIT
+	outcomeShadow                    // over the limit, answered OK by shadow_mode
+	outcomeUnlimited                 // an unlimited rule
+	outcomeFailOpen                  // the store failed; answered OK
+	outcomeFailClosed                // the store failed; answered OVER_LIMIT
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow", "unlimited", "fail_open", "fail_closed"}
+
+// APIs a request can come through, for tollgate_serve_requests_total.
+const (
+	apiGRPC = iota
+	apiJSON
+	apiNginx
+	apiProxy
+	numAPIs
+)
+
+var apiNames = [numAPIs]string{"grpc", "json", "nginx", "proxy"}
+
+// Overall answers, for tollgate_serve_requests_total.
+const (
+	codeOK = iota
+	codeOverLimit
+	codeInvalid
+	numCodes
+)
+
+var codeNames = [numCodes]string{"ok", "over_limit", "invalid"}
+
+type metrics struct {
+	decisions     *prometheus.CounterVec
+	requests      [numAPIs][numCodes]prometheus.Counter
+	noRule        [2]prometheus.Counter // unknown domain, no match
+	storeDuration prometheus.Histogram
+	storeErrors   [2]prometheus.Counter // timeout, error
+	reloads       [3]prometheus.Counter // success, failure, unchanged
+	lastReload    prometheus.Gauge
+	rules         prometheus.Gauge
+	ready         prometheus.Gauge
+	storeUp       prometheus.Gauge
+	globalShadow  prometheus.Counter
+}
+
+const (
+	reloadSuccess = iota
+	reloadFailure
+	reloadUnchanged
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_serve_decisions_total",
+			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit, answered OK by shadow_mode), unlimited, fail_open and fail_closed (the store failed or missed its deadline).",
+		}, []string{"domain", "rule", "outcome"}),
+		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_serve_store_duration_seconds",
+			Help:    "Time of one store call (one descriptor), errors included.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_serve_config_last_reload_success_timestamp_seconds",
+			Help: "When rules were last loaded successfully (Unix time).",
+		}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_serve_rules",
+			Help: "Rules (rate_limit blocks) loaded.",
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_serve_ready",
+			Help: "1 when /readyz answers 200: rules loaded, store reachable, not shutting down.",
+		}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_serve_store_up",
+			Help: "1 when the last probe of the store succeeded.",
+		}),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_serve_global_shadow_total",
+			Help: "Requests over the limit answered OK because of the global shadow mode.",
+		}),
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_serve_requests_total",
+		Help: "Requests answered, by API (grpc, json, nginx, proxy) and overall code (ok, over_limit, invalid).",
+	}, []string{"api", "code"})
+	for a := range numAPIs {
+		for c := range numCodes {
+			m.requests[a][c] = requests.WithLabelValues(apiNames[a], codeNames[c])
+		}
+	}
+	noRule := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_serve_no_rule_total",
+		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain or no_match.",
+	}, []string{"reason"})
+	m.noRule[0] = noRule.WithLabelValues("unknown_domain")
+	m.noRule[1] = noRule.WithLabelValues("no_match")
+	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_serve_store_errors_total",
+		Help: "Store calls that failed: reason timeout (the deadline passed) or error.",
+	}, []string{"reason"})
+	m.storeErrors[0] = storeErrors.WithLabelValues("timeout")
+	m.storeErrors[1] = storeErrors.WithLabelValues("error")
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_serve_config_reloads_total",
+		Help: "Rule loads: result success, failure (the previous rules stay) or unchanged.",
+	}, []string{"result"})
+	m.reloads[reloadSuccess] = reloads.WithLabelValues("success")
+	m.reloads[reloadFailure] = reloads.WithLabelValues("failure")
+	m.reloads[reloadUnchanged] = reloads.WithLabelValues("unchanged")
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.decisions, requests, noRule, m.storeDuration, storeErrors, reloads,
+			m.lastReload, m.rules, m.ready, m.storeUp, m.globalShadow} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,669 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/httplimit/headers"
+)
+
+// DefaultTimeout is the deadline of a request's store calls unless
+// WithTimeout says otherwise.
+const DefaultTimeout = 50 * time.Millisecond
+
+// Server decides rate-limit requests against its rules and store. It is
+// safe for concurrent use; its rules can be swapped at any time (SetRules,
+// Reload) without disturbing requests in flight.
+type Server struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	store    tollgate.Store
+	timeout  time.Duration
+	failMode config.FailureMode
+	shadow   bool
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	m        *metrics
+	ping     func(context.Context) error
+	now      func() time.Time
+	health   *health.Server
+	flavor   headers.Flavor
+
+	snap     atomic.Pointer[snapshot]
+	reloadMu sync.Mutex // one load at a time
+	storeUp  atomic.Bool
+	draining atomic.Bool
+	failLog  sampler
+	// deadlines bounds each request's store calls (see WithTimeout).
+	deadlines deadlines
+}
+
+// snapshot is the rules in force and what the server keeps per rule.
+type snapshot struct {
+	rules *config.Rules
+	per   []ruleState // by Rule.Index
+}
+
+type ruleState struct {
+	rule  *config.Rule
+	limit *pb.RateLimitResponse_RateLimit // shared by every response: read-only
+	// counters are made on first use, so that /metrics shows only the
+	// outcomes a rule has had.
+	counters [numOutcomes]atomic.Pointer[prometheus.Counter]
+}
+
+func (st *ruleState) counter(m *metrics, o outcome) prometheus.Counter {
+	if c := st.counters[o].Load(); c != nil {
+		return *c
+	}
+	c := m.decisions.WithLabelValues(st.rule.Domain, st.rule.ID, outcomeNames[o])
+	st.counters[o].Store(&c)
+	return c
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithTimeout sets the deadline of each request's store calls together
+// (default 50 ms). When it passes, each rule's failure mode decides. 0
+// sets none, for a store that never waits (memorystore).
+func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
+
+// WithFailureMode sets what rules without their own failure_mode answer
+// when the store fails: config.FailOpen (the default) or config.FailClosed.
+func WithFailureMode(m config.FailureMode) Option { return func(s *Server) { s.failMode = m } }
+
+// WithShadowMode turns on the global shadow mode of envoyproxy/ratelimit:
+// every decision is made and counted, but the overall answer is always OK.
+func WithShadowMode(on bool) Option { return func(s *Server) { s.shadow = on } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithRegistry sets the Prometheus registry the server registers its
+// metrics on and serves at /metrics. By default it makes its own, with the
+// Go runtime and process collectors.
+func WithRegistry(r *prometheus.Registry) Option { return func(s *Server) { s.reg = r } }
+
+// WithPing sets how the server checks that its store answers (for
+// /readyz): for Redis, a PING. Without it the store is taken to be always
+// reachable, which is right for memorystore.
+func WithPing(ping func(context.Context) error) Option { return func(s *Server) { s.ping = ping } }
+
+// WithHeaders selects the rate-limit header fields put in
+// response_headers_to_add (and on /json and the auth endpoint's
+// responses): by default headers.Draft, the IETF RateLimit-Policy and
+// RateLimit fields; 0 adds none. Retry-After comes with every flavour when
+// the request is over the limit.
+func WithHeaders(f headers.Flavor) Option { return func(s *Server) { s.flavor = f } }
+
+// WithClock sets the server's clock (default time.Now); tests use it.
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
+
+// New returns a Server deciding against store. It has no rules until
+// SetRules or Reload; until then every descriptor is answered OK and
+// /readyz says not ready.
+func New(store tollgate.Store, opts ...Option) (*Server, error) {
+	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.failMode == config.FailDefault {
+		s.failMode = config.FailOpen
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(s.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	s.storeUp.Store(s.ping == nil)
+	s.updateReady()
+	return s, nil
+}
+
+// Registry returns the registry the server's metrics are on.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Rules returns the rules in force, or nil.
+func (s *Server) Rules() *config.Rules {
+	if sn := s.snap.Load(); sn != nil {
+		return sn.rules
+	}
+	return nil
+}
+
+// SetRules swaps rules in: requests already in flight finish with the
+// rules they started with.
+func (s *Server) SetRules(rules *config.Rules) {
+	all := rules.All()
+	sn := &snapshot{rules: rules, per: make([]ruleState, len(all))}
+	for i, r := range all {
+		st := &sn.per[i]
+		st.rule = r
+		if !r.Unlimited {
+			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+		}
+	}
+	s.snap.Store(sn)
+	s.m.rules.Set(float64(len(all)))
+	s.m.lastReload.Set(float64(s.now().UnixNano()) / 1e9)
+	s.updateReady()
+}
+
+// Reload loads the rules at path (a file or a directory) and swaps them in.
+// When they do not load — a syntax error, an unknown key, an invalid value
+// — the rules in force stay, the failure is logged with every problem
+// found and counted, and the error is returned. Rules identical to those in
+// force are not swapped. Reload is what SIGHUP and a file change call.
+func (s *Server) Reload(path string) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	rules, err := config.Load(path)
+	if err != nil {
+		s.m.reloads[reloadFailure].Inc()
+		s.log.Error("rules not loaded; the previous rules stay in force", "path", path, "error", err.Error())
+		return err
+	}
+	if rules.Same(s.Rules()) {
+		s.m.reloads[reloadUnchanged].Inc()
+		return nil
+	}
+	s.SetRules(rules)
+	s.m.reloads[reloadSuccess].Inc()
+	s.log.Info("rules loaded", "path", path, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()))
+	return nil
+}
+
+// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	resp, h, err := s.decide(ctx, apiGRPC, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(h) > 0 {
+		resp.ResponseHeadersToAdd = make([]*core.HeaderValue, 0, len(h))
+		for _, name := range headerOrder {
+			if v := h[name]; len(v) > 0 {
+				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &core.HeaderValue{Key: wireName[name], Value: v[0]})
+			}
+		}
+	}
+	return resp, nil
+}
+
+// headerOrder is the order of the fields in response_headers_to_add, and
+// wireName how they are spelled there (Envoy sends them as given).
+var (
+	headerOrder = []string{headers.PolicyField, headers.LimitField, headers.OldLimitField, headers.OldRemainingField,
+		headers.OldResetField, headers.XLimitField, headers.XRemainingField, headers.XResetField, headers.RetryAfterField}
+	wireName = map[string]string{
+		headers.PolicyField: "RateLimit-Policy", headers.LimitField: "RateLimit",
+		headers.OldLimitField: "RateLimit-Limit", headers.OldRemainingField: "RateLimit-Remaining", headers.OldResetField: "RateLimit-Reset",
+		headers.XLimitField: "X-RateLimit-Limit", headers.XRemainingField: "X-RateLimit-Remaining", headers.XResetField: "X-RateLimit-Reset",
+		headers.RetryAfterField: "Retry-After",
+	}
+)
+
+// invalid counts and returns the error of a request without a domain or
+// descriptors: InvalidArgument, as envoyproxy/ratelimit refuses them.
+func (s *Server) invalid(api int, msg string) error {
+	s.m.requests[api][codeInvalid].Inc()
+	return status.Error(codes.InvalidArgument, msg)
+}
+
+// item is one descriptor of a request on its way to an answer.
+type item struct {
+	rule    *config.Rule
+	state   *ruleState // nil for an override limit
+	dropped bool       // replaced by another rule of the request
+}
+
+// decide answers one request. It is the heart of every API. Besides the
+// response it returns the rate-limit header fields of the answer (nil when
+// there are none): every descriptor the store decided, as a policy named
+// after its rule.
+func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
+	if req.GetDomain() == "" {
+		return nil, nil, s.invalid(api, "rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, nil, s.invalid(api, "rate limit descriptor list must not be empty")
+	}
+	sn := s.snap.Load()
+	var rules *config.Rules
+	if sn != nil {
+		rules = sn.rules
+	}
+	var stack [8]item
+	items := stack[:0]
+	if len(descs) > len(stack) {
+		items = make([]item, 0, len(descs))
+	}
+	known := rules != nil && rules.HasDomain(req.Domain)
+	replaced := false
+	for _, d := range descs {
+		var it item
+		switch {
+		case !known:
+			s.m.noRule[0].Inc()
+		case d.GetLimit() != nil:
+			it.rule = overrideRule(req.Domain, d.GetLimit())
+		default:
+			it.rule = config.Lookup(rules, req.Domain, d.GetEntries())
+			if it.rule == nil {
+				s.m.noRule[1].Inc()
+			} else {
+				it.state = &sn.per[it.rule.Index]
+				replaced = replaced || len(it.rule.Replaces) > 0
+			}
+		}
+		items = append(items, it)
+	}
+	if replaced {
+		dropReplaced(items)
+	}
+
+	n := len(descs)
+	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
+	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n)
+	withDeadline := false
+	var hstack [8]headers.Decision
+	hds := hstack[:0]
+	overall := pb.RateLimitResponse_OK
+	quota, quotaOver := 0, 0
+	for i, d := range descs {
+		st := &statuses[i]
+		resp.Statuses[i] = st
+		it := &items[i]
+		r := it.rule
+		if r == nil || it.dropped {
+			st.Code = pb.RateLimitResponse_OK
+			continue
+		}
+		if r.Unlimited {
+			st.Code = pb.RateLimitResponse_OK
+			st.LimitRemaining = math.MaxUint32
+			s.count(it, d.GetEntries(), outcomeUnlimited)
+			continue
+		}
+		if it.state != nil {
+			st.CurrentLimit = it.state.limit
+		} else {
+			st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+		}
+		hits := hitsOf(req, d)
+		var o outcome
+		res := tollgate.Result{Limit: r.Limit}
+		if r.DenyAll() {
+			o = outcomeOverLimit
+			if hits == 0 {
+				o = outcomeOK
+			}
+			period := int64(r.Unit.Duration())
+			res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
+			st.DurationUntilReset = roundUp(res.RetryAfter)
+		} else {
+			if !withDeadline && s.timeout > 0 {
+				ctx, withDeadline = s.deadlines.with(ctx, time.Now(), s.timeout), true
+			}
+			o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
+		}
+		if o == outcomeOverLimit && r.ShadowMode {
+			o = outcomeShadow
+		}
+		if s.flavor != 0 && (o == outcomeOK || o == outcomeOverLimit || o == outcomeShadow) {
+			res.Allowed = o == outcomeOK
+			policy := r.Name
+			if policy == "" {
+				policy = r.ID
+			}
+			hds = append(hds, headers.Decision{Policy: policy, Result: res, DryRun: r.ShadowMode})
+		}
+		s.count(it, d.GetEntries(), o)
+		if o == outcomeOverLimit || o == outcomeFailClosed {
+			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		} else {
+			st.Code = pb.RateLimitResponse_OK
+		}
+		if r.QuotaMode {
+			quota++
+			if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+				quotaOver++
+			}
+		} else if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			overall = pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	// Quota rules deny together: only when every one of them is over.
+	if quota > 0 && quota == quotaOver {
+		overall = pb.RateLimitResponse_OVER_LIMIT
+	}
+	if overall == pb.RateLimitResponse_OVER_LIMIT && s.shadow {
+		overall = pb.RateLimitResponse_OK
+		s.m.globalShadow.Inc()
+	}
+	resp.OverallCode = overall
+	if overall == pb.RateLimitResponse_OVER_LIMIT {
+		s.m.requests[api][codeOverLimit].Inc()
+	} else {
+		s.m.requests[api][codeOK].Inc()
+	}
+	var h http.Header
+	if len(hds) > 0 {
+		if overall == pb.RateLimitResponse_OK {
+			// Global shadow mode or quota_mode let the request through:
+			// no Retry-After for a request that passes.
+			for i := range hds {
+				hds[i].Result.Allowed = true
+			}
+		}
+		h = make(http.Header, 3)
+		headers.Write(h, s.flavor, s.now(), hds...)
+	}
+	return resp, h, nil
+}
+
+// spend makes one store call and fills st from its result.
+func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
+	key := counterKey(domain, entries, r)
+	n := hits * r.Cost
+	if hits > 0 && n/hits != r.Cost {
+		n = math.MaxInt // overflow: more than any limit admits
+	}
+	start := time.Now()
+	res, err := s.store.AllowN(ctx, key, r.Limit, n)
+	s.m.storeDuration.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, tollgate.ErrCostExceedsBurst):
+		// More than the limit can ever admit at once: over the limit,
+		// as envoyproxy/ratelimit answers a hits_addend above the limit.
+		// Waiting will not help; say so with the longest honest wait.
+		return outcomeOverLimit, tollgate.Result{Limit: r.Limit, RetryAfter: r.Limit.Period}
+	default:
+		return s.storeFailed(ctx, r, err), res
+	}
+	st.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+	if !res.Allowed {
+		st.DurationUntilReset = roundUp(res.RetryAfter)
+		return outcomeOverLimit, res
+	}
+	if res.ResetAfter > 0 {
+		st.DurationUntilReset = roundUp(res.ResetAfter)
+	}
+	return outcomeOK, res
+}
+
+// storeFailed applies r's failure mode to a failed store call, and counts
+// and logs it.
+func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) outcome {
+	if isTimeout(ctx, err) {
+		s.m.storeErrors[0].Inc()
+	} else {
+		s.m.storeErrors[1].Inc()
+	}
+	mode := r.FailureMode
+	if mode == config.FailDefault {
+		mode = s.failMode
+	}
+	o := outcomeFailOpen
+	if mode == config.FailClosed {
+		o = outcomeFailClosed
+	}
+	if ok, folded := s.failLog.allow(s.now()); ok {
+		s.log.Warn("store failed; answered by the rule's failure mode",
+			"rule", r.ID, "failure_mode", mode.String(), "answer", outcomeNames[o], "error", err.Error(), "similar_events_not_logged", folded)
+	}
+	return o
+}
+
+func isTimeout(ctx context.Context, err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o outcome) {
+	r := it.rule
+	if it.state != nil && !r.HasValueToMetric() {
+		it.state.counter(s.m, o).Inc()
+		return
+	}
+	// detailed_metric, value_to_metric and override limits: the name
+	// depends on the request (as in envoyproxy/ratelimit, mind the
+	// cardinality).
+	s.m.decisions.WithLabelValues(r.Domain, config.MetricID(r, entries), outcomeNames[o]).Inc()
+}
+
+// dropReplaced drops the rules named in the replaces of any rule of the
+// request (whether that rule is itself dropped or not, as in
+// envoyproxy/ratelimit).
+func dropReplaced(items []item) {
+	for i := range items {
+		ri := items[i].rule
+		if ri == nil || ri.Name == "" {
+			continue
+		}
+		for j := range items {
+			if rj := items[j].rule; rj != nil && contains(rj.Replaces, ri.Name) {
+				items[i].dropped = true
+				break
+			}
+		}
+	}
+}
+
+func contains(names []string, name string) bool {
+	for _, n := range names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// hitsOf returns how many hits descriptor d adds: its own hits_addend when
+// set (0 looks without spending), else the request's, where 0 means 1.
+// A refund (is_negative_hits) is not supported: it only looks.
+func hitsOf(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int {
+	if d.GetIsNegativeHits() {
+		return 0
+	}
+	if h := d.GetHitsAddend(); h != nil {
+		return int(min(h.GetValue(), math.MaxInt32))
+	}
+	return int(max(req.GetHitsAddend(), 1))
+}
+
+// overrideRule is the rule for a descriptor that carries its own limit
+// (RateLimitDescriptor.limit): a fixed window, as envoyproxy/ratelimit
+// counts it.
+func overrideRule(domain string, l *rlv3.RateLimitDescriptor_RateLimitOverride) *config.Rule {
+	unit := config.Unit(l.GetUnit())
+	period := unit.Duration()
+	if m := l.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		period *= time.Duration(m.GetValue())
+	}
+	r := &config.Rule{Domain: domain, ID: domain + ".override", Unit: unit, RequestsPerUnit: l.GetRequestsPerUnit(), Cost: 1,
+		Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int(l.GetRequestsPerUnit()), Period: period}}
+	if period == 0 {
+		r.Unlimited = true // an unknown unit: nothing to count with
+	}
+	return r
+}
+
+// roundUp returns d rounded up to whole seconds, as envoyproxy/ratelimit
+// reports duration_until_reset: a proxy that prints it in seconds never
+// sends a client back early.
+func roundUp(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &durationpb.Duration{Seconds: int64((d + time.Second - 1) / time.Second)}
+}
+
+// counterKey is the store key of a descriptor's counter:
+// "rl|domain|key=value|key=value", with '|', '=' and '\' escaped by '\' so
+// that no two descriptors share a key, and with a share_threshold pattern
+// instead of the value where the rule has one. A key longer than the store
+// accepts is replaced by its SHA-256.
+func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule) string {
+	var stack [256]byte
+	b := append(stack[:0], "rl|"...)
+	b = appendEscaped(b, domain)
+	for i, e := range entries {
+		b = append(b, '|')
+		b = appendEscaped(b, e.GetKey())
+		b = append(b, '=')
+		v := e.GetValue()
+		if sv, ok := r.SharedValue(i); ok {
+			v = sv
+		}
+		b = appendEscaped(b, v)
+	}
+	if len(b) > tollgate.MaxKeyLen {
+		sum := sha256.Sum256(b)
+		return "rl#" + hex.EncodeToString(sum[:])
+	}
+	return string(b)
+}
+
+func appendEscaped(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, `|=\`) {
+		return append(b, s...)
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '|', '=', '\\':
+			b = append(b, '\\', c)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// sampler lets one log line through per second and counts the rest, so a
+// store outage under load does not flood the log.
+type sampler struct {
+	mu     sync.Mutex
+	next   time.Time
+	folded int
+}
+
+func (l *sampler) allow(now time.Time) (ok bool, folded int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.next) {
+		l.folded++
+		return false, 0
+	}
+	l.next = now.Add(time.Second)
+	folded, l.folded = l.folded, 0
+	return true, folded
+}
+
+// Probe checks the store every interval (with WithPing) until ctx ends,
+// and keeps readiness and the tollgate_serve_store_up metric up to date.
+// Store state changes are logged.
+func (s *Server) Probe(ctx context.Context, interval time.Duration) {
+	if s.ping == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(interval/2, s.timeout))
+		err := s.ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		up := err == nil
+		if was := s.storeUp.Swap(up); was != up {
+			if up {
+				s.log.Info("store reachable")
+			} else {
+				s.log.Error("store unreachable; answering by failure mode", "error", err.Error())
+			}
+		}
+		s.updateReady()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Drain marks the server as shutting down: /healthcheck and /readyz fail
+// and the gRPC health service says NOT_SERVING, so that load balancers
+// stop sending, while requests keep being answered until the listeners
+// close.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.updateReady()
+	s.health.Shutdown()
+}
+
+// Ready reports whether the server should get traffic, and if not, why.
+func (s *Server) Ready() (bool, string) {
+	switch {
+	case s.draining.Load():
+		return false, "shutting down"
+	case s.snap.Load() == nil:
+		return false, "no rules loaded"
+	case !s.storeUp.Load():
+		return false, "store unreachable"
+	}
+	return true, "ready"
+}
+
+func (s *Server) updateReady() {
+	ok, _ := s.Ready()
+	v, st := 0.0, healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		v, st = 1, healthpb.HealthCheckResponse_SERVING
+	}
+	s.m.ready.Set(v)
+	up := 0.0
+	if s.storeUp.Load() {
+		up = 1
+	}
+	s.m.storeUp.Set(up)
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
+}

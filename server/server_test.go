@@ -1,0 +1,317 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+func entries(pairs ...string) []*rlv3.RateLimitDescriptor_Entry {
+	var out []*rlv3.RateLimitDescriptor_Entry
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, &rlv3.RateLimitDescriptor_Entry{Key: pairs[i], Value: pairs[i+1]})
+	}
+	return out
+}
+
+func TestCounterKeysNeverCollide(t *testing.T) {
+	t.Parallel()
+	r := &config.Rule{}
+	tests := [][]*rlv3.RateLimitDescriptor_Entry{
+		entries("a", "b|c=d"),
+		entries("a", "b", "c", "d"),
+		entries("a=b", "c"),
+		entries("a", "b=c"),
+		entries("a", `b\`, "c", "d"),
+		entries("a", `b\|c=d`),
+	}
+	seen := map[string]int{}
+	for i, e := range tests {
+		k := counterKey("d", e, r)
+		if j, dup := seen[k]; dup {
+			t.Errorf("descriptors %d and %d share the key %q", j, i, k)
+		}
+		seen[k] = i
+	}
+	if got, want := counterKey("edge", entries("remote_address", "10.0.0.1"), r), "rl|edge|remote_address=10.0.0.1"; got != want {
+		t.Errorf("key %q, want %q", got, want)
+	}
+	long := counterKey("d", entries("path", strings.Repeat("x", 600)), r)
+	if len(long) > tollgate.MaxKeyLen || !strings.HasPrefix(long, "rl#") {
+		t.Errorf("long key %q (%d bytes), want a hash within %d bytes", long[:20], len(long), tollgate.MaxKeyLen)
+	}
+	if long2 := counterKey("d", entries("path", strings.Repeat("x", 599)+"y"), r); long2 == long {
+		t.Errorf("two long keys hash alike")
+	}
+}
+
+func TestNewRedisClient(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		url  string
+		kind string // Go type of the client, or "" for an error
+		err  string
+	}{
+		{"redis://127.0.0.1:6379/0", "*redis.Client", ""},
+		{"rediss://user:secret@redis.example:6380", "*redis.Client", ""},
+		{"redis+sentinel://127.0.0.1:26379?master_name=mymaster&addr=127.0.0.1:26380", "*redis.Client", ""},
+		{"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001", "*redis.ClusterClient", ""},
+		{"redis+sentinel://127.0.0.1:26379", "", "needs the master_name parameter"},
+		{"http://127.0.0.1", "", `scheme "http"`},
+		{"redis+ring://127.0.0.1", "", `scheme "redis+ring"`},
+		{"127.0.0.1:6379", "", "no scheme"},
+		{"redis://user:secret@127.0.0.1:6379?bogus=1", "", "user:xxxxx@"},
+	}
+	for _, tc := range tests {
+		c, err := NewRedisClient(tc.url)
+		if tc.kind == "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want one containing %q", tc.url, err, tc.err)
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("%s: the error shows the password: %v", tc.url, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		if got := typeName(c); got != tc.kind {
+			t.Errorf("%s: %s, want %s", tc.url, got, tc.kind)
+		}
+		c.Close()
+	}
+}
+
+func typeName(c redis.UniversalClient) string {
+	switch c.(type) {
+	case *redis.Client:
+		return "*redis.Client"
+	case *redis.ClusterClient:
+		return "*redis.ClusterClient"
+	}
+	return "other"
+}
+
+func newTestServer(t testing.TB, rules string, opts ...Option) *Server {
+	t.Helper()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	opts = append([]Option{WithClock(clock), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	s, err := New(memorystore.New(memorystore.WithClock(clock)), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := config.Parse("rules.yaml", []byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetRules(r)
+	return s
+}
+
+func codesOf(r *pb.RateLimitResponse) string {
+	s := r.OverallCode.String() + ":"
+	for _, st := range r.Statuses {
+		s += " " + st.Code.String()
+	}
+	return s
+}
+
+func ask(t testing.TB, s *Server, req *pb.RateLimitRequest) *pb.RateLimitResponse {
+	t.Helper()
+	r, err := s.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func req(domain string, ds ...[]*rlv3.RateLimitDescriptor_Entry) *pb.RateLimitRequest {
+	r := &pb.RateLimitRequest{Domain: domain}
+	for _, e := range ds {
+		r.Descriptors = append(r.Descriptors, &rlv3.RateLimitDescriptor{Entries: e})
+	}
+	return r
+}
+
+// TestQuotaMode: quota rules make a request OVER_LIMIT only when all of
+// them are over, as envoyproxy/ratelimit's quota_mode.
+func TestQuotaMode(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, `
+domain: d
+descriptors:
+  - key: q1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: q2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`)
+	both := req("d", entries("q1", "x"), entries("q2", "x"))
+	for i, want := range []string{"OK: OK OK", "OK: OVER_LIMIT OK", "OVER_LIMIT: OVER_LIMIT OVER_LIMIT"} {
+		if got := codesOf(ask(t, s, both)); got != want {
+			t.Errorf("request %d: %s, want %s", i+1, got, want)
+		}
+	}
+}
+
+func TestGlobalShadowMode(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", WithShadowMode(true))
+	r := req("d", entries("k", "x"))
+	ask(t, s, r)
+	if got, want := codesOf(ask(t, s, r)), "OK: OVER_LIMIT"; got != want {
+		t.Errorf("global shadow: %s, want %s (the status says the truth, the overall answer is OK)", got, want)
+	}
+}
+
+// TestOverrideLimit: a descriptor that carries its own limit is counted
+// with it, in a known domain only.
+func TestOverrideLimit(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, "domain: d\n")
+	d := &rlv3.RateLimitDescriptor{Entries: entries("k", "x"), Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}}
+	r := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{d}}
+	for i, want := range []string{"OK: OK", "OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+		resp := ask(t, s, r)
+		if got := codesOf(resp); got != want {
+			t.Errorf("request %d: %s, want %s", i+1, got, want)
+		}
+		if got := resp.Statuses[0].CurrentLimit.GetUnit(); got != pb.RateLimitResponse_RateLimit_HOUR {
+			t.Errorf("unit %v, want HOUR", got)
+		}
+	}
+	r.Domain = "unknown"
+	if got, want := codesOf(ask(t, s, r)), "OK: OK"; got != want {
+		t.Errorf("override in an unknown domain: %s, want %s", got, want)
+	}
+}
+
+// TestNoRules: before any rules, everything is OK and the server is not
+// ready.
+func TestNoRules(t *testing.T) {
+	t.Parallel()
+	s, err := New(memorystore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := s.Ready(); ok || why != "no rules loaded" {
+		t.Errorf("Ready() = %v, %q; want false, no rules loaded", ok, why)
+	}
+	if got, want := codesOf(ask(t, s, req("d", entries("k", "v")))), "OK: OK"; got != want {
+		t.Errorf("%s, want %s", got, want)
+	}
+}
+
+// TestAlgorithmsThroughTheServer: a token bucket's burst and a sliding
+// window show in limit_remaining.
+func TestAlgorithmsThroughTheServer(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, `
+domain: d
+descriptors:
+  - key: tb
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 3}
+  - key: cost
+    rate_limit: {unit: minute, requests_per_unit: 10, cost: 4}
+`)
+	var got []uint32
+	for range 4 {
+		got = append(got, ask(t, s, req("d", entries("tb", "x"))).Statuses[0].LimitRemaining)
+	}
+	if want := []uint32{2, 1, 0, 0}; !equal(got, want) {
+		t.Errorf("token bucket remaining %v, want %v", got, want)
+	}
+	if got, want := codesOf(ask(t, s, req("d", entries("tb", "x")))), "OVER_LIMIT: OVER_LIMIT"; got != want {
+		t.Errorf("token bucket past its burst: %s, want %s", got, want)
+	}
+	got = got[:0]
+	for range 2 {
+		got = append(got, ask(t, s, req("d", entries("cost", "x"))).Statuses[0].LimitRemaining)
+	}
+	if want := []uint32{6, 2}; !equal(got, want) {
+		t.Errorf("cost 4 remaining %v, want %v", got, want)
+	}
+	if got, want := codesOf(ask(t, s, req("d", entries("cost", "x")))), "OVER_LIMIT: OVER_LIMIT"; got != want {
+		t.Errorf("third request of cost 4 in 10: %s, want %s", got, want)
+	}
+}
+
+func equal(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// BenchmarkShouldRateLimit is the service's own cost per decision, on the
+// memory store, without the network: match, key, decide, response.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(0))
+	reqs := make([]*pb.RateLimitRequest, 1024)
+	for i := range reqs {
+		reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+func TestSharedDeadlines(t *testing.T) {
+	t.Parallel()
+	var dl deadlines
+	now := time.Now()
+	a := dl.with(context.Background(), now, 30*time.Millisecond)
+	b := dl.with(context.Background(), now, 30*time.Millisecond)
+	if a.Done() != b.Done() {
+		t.Errorf("two deadlines in the same millisecond do not share a timer")
+	}
+	d, ok := a.Deadline()
+	if !ok || d.Before(now.Add(30*time.Millisecond)) || d.After(now.Add(31*time.Millisecond)) {
+		t.Errorf("deadline %v, want within a millisecond after %v", d, now.Add(30*time.Millisecond))
+	}
+	if a.Err() != nil {
+		t.Errorf("Err() = %v before the deadline", a.Err())
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not done 5s after a 30ms deadline")
+	}
+	if a.Err() != context.DeadlineExceeded {
+		t.Errorf("Err() = %v after the deadline, want DeadlineExceeded", a.Err())
+	}
+	dl.mu.Lock()
+	n := len(dl.buckets)
+	dl.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d buckets left after their deadline", n)
+	}
+}
