@@ -29,7 +29,7 @@ const (
 	// 32 goroutines plus the race detector on 2 cores shared with other
 	// test binaries, and GC. 200 ms (twice the deadline) absorbs that, and
 	// is still an order of magnitude below what an ignored deadline costs:
-	// go-redis's ReadTimeout (3 s) on a hung server, its dial retries on
+	// go-redis's ReadTimeout (5 s) on a hung server, its dial retries on
 	// a dead one, or forever.
 	margin = 200 * time.Millisecond
 )
