@@ -209,6 +209,18 @@ func (p *pipeliner) exec(b *batch) {
 		}
 		_, _ = pipe.Exec(ctx)
 	}
+	// A Cluster pipeline backs off 10–30 ms before it follows MOVED or ASK;
+	// if the deadline ends meanwhile, go-redis gives the context's error
+	// only to commands that have none yet, and a redirected one keeps the
+	// redirection. A redirection is never the cluster's answer, only an
+	// instruction go-redis did not get to follow: report the deadline.
+	if err := ctx.Err(); err != nil {
+		for _, cmd := range cmds {
+			if e := cmd.Err(); redis.HasErrorPrefix(e, "MOVED") || redis.HasErrorPrefix(e, "ASK") {
+				cmd.SetErr(err)
+			}
+		}
+	}
 	for i, cmd := range cmds {
 		b.calls[i].reply, b.calls[i].err = cmd.Result()
 	}

@@ -38,14 +38,17 @@ var (
 func startProcess(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {
 		spawnCh = make(chan spawnRequest)
-		go func() {
-			runtime.LockOSThread() // never unlocked, see above
-			for req := range spawnCh {
-				req.done <- req.cmd.Start()
-			}
-		}()
+		go spawner()
 	})
 	req := spawnRequest{cmd: cmd, done: make(chan error, 1)}
 	spawnCh <- req
 	return <-req.done
+}
+
+// spawner forks every process; see spawnRequest.
+func spawner() {
+	runtime.LockOSThread() // never unlocked, see above
+	for req := range spawnCh {
+		req.done <- req.cmd.Start()
+	}
 }

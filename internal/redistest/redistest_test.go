@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -222,6 +223,16 @@ func TestServerPauseResume(t *testing.T) {
 	}
 }
 
+func TestSpawnerFunc(t *testing.T) {
+	t.Parallel()
+	NewServer(t)
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if !strings.Contains(stacks, "\n"+SpawnerFunc+"()") {
+		t.Errorf("no goroutine runs %s:\n%s", SpawnerFunc, stacks)
+	}
+}
+
 func TestServerClose(t *testing.T) {
 	t.Parallel()
 	s, err := StartServer()
@@ -416,20 +427,19 @@ func TestClusterWithReplicas(t *testing.T) {
 	// A crashed master is replaced by its replica, and the cluster client
 	// follows. This is what failover tests of the rate limiter rely on.
 	cc := c.Client(t)
-	if err := c.Nodes[0].Stop(); err != nil {
+	killed := time.Now()
+	promoted, err := c.KillMaster(ctx, c.Nodes[0])
+	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ms, err := c.Masters(ctx)
-		if err != nil {
-			t.Fatalf("no failover to %s: %v", c.Nodes[3].Addr(), err)
-		}
-		if len(ms) == 3 && ms[len(ms)-1] == c.Nodes[3] {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if promoted != c.Nodes[3] {
+		t.Fatalf("KillMaster promoted %s, want the replica %s", promoted.Addr(), c.Nodes[3].Addr())
 	}
-	t.Logf("failover done %v after start", time.Since(start))
+	t.Logf("failover done %v after the kill (cluster-node-timeout %v)", time.Since(killed), ClusterNodeTimeout)
+	ms, err = c.Masters(ctx)
+	if err != nil || len(ms) != 3 || ms[2] != c.Nodes[3] {
+		t.Fatalf("Masters() after the failover = %v, %v; want Nodes[1], Nodes[2], Nodes[3]", ms, err)
+	}
 	// The client learns the new slot map lazily; a few errors are expected
 	// (and are what rate-limiter failover tests are about).
 	failures := 0
@@ -447,5 +457,173 @@ func TestClusterWithReplicas(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	t.Logf("cluster client recovered after %d failed SETs, %v after start", failures, time.Since(start))
+	t.Logf("cluster client recovered after %d failed SETs, %v after the kill", failures, time.Since(killed))
+
+	// The old master comes back empty and rejoins as a replica of the node
+	// that replaced it.
+	if err := c.Nodes[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	for c.checkReplicaOf(ctx, c.Nodes[0], c.Nodes[3]) != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("restarted old master did not become a replica: %v", c.checkReplicaOf(ctx, c.Nodes[0], c.Nodes[3]))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := NewCluster(t, 3, 1)
+	ctx := ctxTimeout(t, 30*time.Second)
+	cc := c.Client(t)
+	if err := cc.Set(ctx, "{a}k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := cc.ClusterKeySlot(ctx, "{a}k").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := c.Nodes[int(slot)*3/clusterSlots]
+
+	start := time.Now()
+	promoted, err := c.Failover(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("manual failover of %s to %s took %v", owner.Addr(), promoted.Addr(), time.Since(start))
+	if got, want := promoted, c.Nodes[3+int(slot)*3/clusterSlots]; got != want {
+		t.Fatalf("Failover promoted %s, want its replica %s", got.Addr(), want.Addr())
+	}
+	// No write is lost in a manual failover: the promoted replica has it.
+	if got, err := promoted.Client(t).Do(ctx, "READONLY").Result(); err != nil || got != "OK" {
+		t.Fatalf("READONLY = %v, %v", got, err)
+	}
+	if got, err := cc.Get(ctx, "{a}k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET after the failover = %q, %v; want \"v\"", got, err)
+	}
+	if err := c.checkReplicaOf(ctx, owner, promoted); err != nil {
+		t.Fatal(err)
+	}
+	// And back: the old master is a replica in sync, so it can take over.
+	back, err := c.Failover(ctx, promoted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back != owner {
+		t.Fatalf("second Failover promoted %s, want %s", back.Addr(), owner.Addr())
+	}
+	if _, err := c.Failover(ctx, c.Nodes[3+(int(slot)*3/clusterSlots+1)%3]); err == nil {
+		t.Error("Failover of a replica succeeded")
+	}
+}
+
+func TestClusterMoveSlot(t *testing.T) {
+	t.Parallel()
+	c := NewCluster(t, 3, 0)
+	ctx := ctxTimeout(t, 30*time.Second)
+	cc := c.Client(t)
+	const keys = 35 // several MIGRATE batches
+	for i := range keys {
+		if err := cc.Set(ctx, fmt.Sprintf("{m}%d", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot, err := cc.ClusterKeySlot(ctx, "{m}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := c.Nodes[int(slot)*3/clusterSlots]
+	to := c.Nodes[(int(slot)*3/clusterSlots+1)%3]
+	if err := c.MoveSlot(ctx, int(slot), to); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MoveSlot(ctx, int(slot), to); err != nil {
+		t.Fatalf("moving a slot to its owner: %v", err)
+	}
+	for n, want := range map[*Server]int64{from: 0, to: keys} {
+		if got, err := n.Client(t).ClusterCountKeysInSlot(ctx, int(slot)).Result(); err != nil || got != want {
+			t.Errorf("COUNTKEYSINSLOT %d on %s = %d, %v; want %d", slot, n.Addr(), got, err, want)
+		}
+	}
+	for i := range keys {
+		// The client follows MOVED from the old owner.
+		if got, err := cc.Get(ctx, fmt.Sprintf("{m}%d", i)).Int(); err != nil || got != i {
+			t.Fatalf("GET {m}%d after the move = %d, %v", i, got, err)
+		}
+	}
+	if c.Node(to.Addr()) != to || c.Node("127.0.0.1:1") != nil {
+		t.Error("Node does not find nodes by address")
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	s := NewSentinel(t, 1)
+	t.Logf("%v ready in %v", s, time.Since(start))
+	ctx := ctxTimeout(t, 60*time.Second)
+	if got, want := len(s.SentinelAddrs()), 3; got != want {
+		t.Fatalf("%d sentinels, want %d", got, want)
+	}
+	m, err := s.Master(ctx)
+	if err != nil || m != s.Nodes[0] {
+		t.Fatalf("Master() = %v, %v; want Nodes[0]", m, err)
+	}
+	rc := s.Client(t)
+	if err := rc.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// WAIT: the replica has the write before the master dies.
+	if n, err := rc.Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+
+	killed := time.Now()
+	old, promoted, err := s.KillMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sentinels promoted %s %v after the kill (down-after %v, failover-timeout %v)",
+		promoted.Addr(), time.Since(killed), SentinelDownAfter, SentinelFailoverTimeout)
+	if old != s.Nodes[0] || promoted != s.Nodes[1] {
+		t.Fatalf("KillMaster = %s, %s; want %s, %s", old.Addr(), promoted.Addr(), s.Nodes[0].Addr(), s.Nodes[1].Addr())
+	}
+	// The failover client finds the new master.
+	for {
+		got, err := rc.Get(ctx, "k").Result()
+		if err == nil {
+			if got != "v" {
+				t.Fatalf("GET after failover = %q, want \"v\"", got)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("GET after failover: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("failover client served again %v after the kill", time.Since(killed))
+
+	// The old master comes back as an empty master; the sentinels make it
+	// a replica of the new one.
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	converted := time.Now()
+	if err := poll(ctx, "the old master to be converted", func(ctx context.Context) error { return checkRole(ctx, old, promoted) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted old master converted to a replica after %v", time.Since(converted))
+	if m, err := s.Master(ctx); err != nil || m != promoted {
+		t.Fatalf("Master() after the old master came back = %v, %v; want %s", m, err, promoted.Addr())
+	}
+}
+
+func TestStartSentinelNeedsReplica(t *testing.T) {
+	t.Parallel()
+	if s, err := StartSentinel(0); err == nil {
+		s.Close()
+		t.Fatal("StartSentinel(0) succeeded")
+	}
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,15 +26,23 @@ const (
 	// loopback is the only address servers listen on and clients dial.
 	loopback = "127.0.0.1"
 
-	readyTimeout   = 10 * time.Second       // max wait for a new process to answer PING
-	probeTimeout   = 250 * time.Millisecond // dial and reply timeout of one readiness probe
-	pollInterval   = 20 * time.Millisecond
-	startAttempts  = 5               // fresh ports tried when the chosen one was taken
-	rebindTimeout  = 5 * time.Second // how long Start retries the old port
-	logFileName    = "redis.log"
-	stdoutFileName = "redis.stdout"
-	nodesFileName  = "nodes.conf"
+	readyTimeout     = 10 * time.Second       // max wait for a new process to answer PING
+	probeTimeout     = 250 * time.Millisecond // dial and reply timeout of one readiness probe
+	pollInterval     = 20 * time.Millisecond
+	startAttempts    = 5               // fresh ports tried when the chosen one was taken
+	rebindTimeout    = 5 * time.Second // how long Start retries the old port
+	logFileName      = "redis.log"
+	stdoutFileName   = "redis.stdout"
+	nodesFileName    = "nodes.conf"
+	sentinelFileName = "sentinel.conf"
 )
+
+// SpawnerFunc is the function of the one goroutine the package keeps for the
+// life of a test binary once it has started a process (on Linux, every
+// redis-server is forked from one locked thread; see proc_linux.go).
+// Goroutine leak checks ignore it, e.g.
+// goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(redistest.SpawnerFunc)).
+const SpawnerFunc = "github.com/tollgate/tollgate/internal/redistest.spawner"
 
 // errAddrInUse marks a start that failed because a port was taken between
 // choosing it and redis-server binding it.
@@ -43,8 +52,9 @@ var errAddrInUse = errors.New("address already in use")
 type Option func(*config)
 
 type config struct {
-	args    []string
-	cluster bool
+	args     []string
+	cluster  bool
+	sentinel string // the sentinel config file's initial content; "" for a data server
 }
 
 // WithArgs appends extra redis-server command-line configuration, for
@@ -57,6 +67,13 @@ func WithArgs(extra ...string) Option {
 // withCluster makes the server a cluster-enabled node with its own bus port.
 func withCluster() Option {
 	return func(c *config) { c.cluster = true }
+}
+
+// withSentinel makes the server a Redis Sentinel (redis-server --sentinel)
+// whose config file starts as conf. Sentinel rewrites that file as it learns
+// the deployment, and needs it writable.
+func withSentinel(conf string) Option {
+	return func(c *config) { c.sentinel = conf }
 }
 
 // Server is one redis-server process on 127.0.0.1. Its port and directory are
@@ -94,6 +111,12 @@ func StartServer(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("redistest: start redis-server: %w", err)
 	}
 	s := &Server{bin: bin, cfg: cfg, dir: dir}
+	if cfg.sentinel != "" {
+		if err := os.WriteFile(filepath.Join(dir, sentinelFileName), []byte(cfg.sentinel), 0o644); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("redistest: start redis sentinel: %w", err)
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		if err = s.pickPorts(); err == nil {
 			s.mu.Lock()
@@ -181,8 +204,9 @@ func (s *Server) Stop() error {
 // Start starts a stopped server again on the same port and waits until it
 // answers PING. The server comes back empty: nothing is persisted. A cluster
 // node keeps its nodes.conf, so it rejoins the cluster with the same node ID
-// (a replica then resynchronizes from its master). Start returns an error if
-// the server is running or closed.
+// (a replica then resynchronizes from its master), and a sentinel keeps the
+// config file it rewrote, as a restarted Sentinel does in production. Start
+// returns an error if the server is running or closed.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -358,11 +382,15 @@ func (s *Server) args() []string {
 		// The default waits 5 s for more replicas before a full sync.
 		"--repl-diskless-sync-delay", "0",
 	}
+	if s.cfg.sentinel != "" {
+		// The config file must be the first argument.
+		a = append([]string{filepath.Join(s.dir, sentinelFileName), "--sentinel"}, a...)
+	}
 	if s.cfg.cluster {
 		a = append(a,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(s.dir, nodesFileName),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout/time.Millisecond)),
 			"--cluster-port", strconv.Itoa(s.busPort),
 			// Redis 7.0 leaves a replica out of CLUSTER SLOTS (so clients
 			// do not see it) while its replication offset is 0, and an idle
@@ -376,7 +404,7 @@ func (s *Server) args() []string {
 
 // clearData removes everything a previous run may have left for a restart to
 // load (an RDB received by a replica, an AOF enabled through WithArgs), but
-// keeps the logs and a cluster node's nodes.conf.
+// keeps the logs, a cluster node's nodes.conf and a sentinel's config file.
 func (s *Server) clearData() error {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -384,7 +412,7 @@ func (s *Server) clearData() error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case logFileName, stdoutFileName, nodesFileName:
+		case logFileName, stdoutFileName, nodesFileName, sentinelFileName:
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
@@ -546,4 +574,20 @@ func freePort() (int, error) {
 		}
 	}
 	return 0, errors.New("redistest: start redis-server: no free port found")
+}
+
+// poll calls check until it succeeds or ctx ends, then reports the last
+// reason it failed.
+func poll(ctx context.Context, what string, check func(context.Context) error) error {
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s: %w", what, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
