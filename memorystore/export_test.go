@@ -12,5 +12,5 @@ func (s *Store) TTL(key string, limit tollgate.Limit) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	return exp.Sub(s.now()), true
+	return exp.Sub(time.UnixMicro(s.clock())), true
 }
