@@ -23,8 +23,12 @@ package redisstore
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -169,6 +173,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	// Errors name the algorithm, not the key: keys hold client addresses and
 	// API keys, and these errors end up in logs.
 	if err != nil {
+		s.failed(err)
 		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
 	}
 	v, err := parseReply(reply)
@@ -181,6 +186,28 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
 	res.Delay = time.Duration(v[4]) * time.Microsecond
 	return res, nil
+}
+
+// failed reacts to a failed decision. On a Redis Cluster, go-redis refreshes
+// its map of which master owns which slot when a node answers MOVED — which
+// a dead master never does — or when the map is older than
+// ClusterStateReloadInterval, a minute by default. Without a nudge, the keys
+// of a master that died keep going to its address for up to that minute,
+// although the cluster promoted a replica within seconds
+// (internal/faulttest measures both). So a failure that a failover explains
+// — a network error, a timeout, CLUSTERDOWN — asks for a reload; go-redis
+// runs at most one at a time, 200 ms apart, so a storm of errors costs a
+// few CLUSTER SLOTS a second.
+func (s *Store) failed(err error) {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded) ||
+		strings.HasPrefix(err.Error(), "CLUSTERDOWN") {
+		cc.ReloadState(context.Background())
+	}
 }
 
 // parseReply checks a script's reply: five integers, allowed being 0 or 1
