@@ -283,35 +283,3 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		}
 	})
 }
-
-func TestSharedDeadlines(t *testing.T) {
-	t.Parallel()
-	var dl deadlines
-	now := time.Now()
-	a := dl.with(context.Background(), now, 30*time.Millisecond)
-	b := dl.with(context.Background(), now, 30*time.Millisecond)
-	if a.Done() != b.Done() {
-		t.Errorf("two deadlines in the same millisecond do not share a timer")
-	}
-	d, ok := a.Deadline()
-	if !ok || d.Before(now.Add(30*time.Millisecond)) || d.After(now.Add(31*time.Millisecond)) {
-		t.Errorf("deadline %v, want within a millisecond after %v", d, now.Add(30*time.Millisecond))
-	}
-	if a.Err() != nil {
-		t.Errorf("Err() = %v before the deadline", a.Err())
-	}
-	select {
-	case <-a.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not done 5s after a 30ms deadline")
-	}
-	if a.Err() != context.DeadlineExceeded {
-		t.Errorf("Err() = %v after the deadline, want DeadlineExceeded", a.Err())
-	}
-	dl.mu.Lock()
-	n := len(dl.buckets)
-	dl.mu.Unlock()
-	if n != 0 {
-		t.Errorf("%d buckets left after their deadline", n)
-	}
-}
