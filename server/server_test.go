@@ -265,21 +265,30 @@ func equal(a, b []uint32) bool {
 }
 
 // BenchmarkShouldRateLimit is the service's own cost per decision, on the
-// memory store, without the network: match, key, decide, response.
+// memory store, without the network: match, key, decide, response; with no
+// deadline (as serve runs the memory store) and with the default one (as
+// it runs Redis).
 func BenchmarkShouldRateLimit(b *testing.B) {
-	s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(0))
-	reqs := make([]*pb.RateLimitRequest, 1024)
-	for i := range reqs {
-		reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
-	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			if _, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
-				b.Fatal(err)
+	for _, bc := range []struct {
+		name    string
+		timeout time.Duration
+	}{{"no_deadline", 0}, {"deadline", DefaultTimeout}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(bc.timeout))
+			reqs := make([]*pb.RateLimitRequest, 1024)
+			for i := range reqs {
+				reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
 			}
-			i++
-		}
-	})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
+	}
 }
