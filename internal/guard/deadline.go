@@ -50,18 +50,14 @@ type epoch struct {
 }
 
 // NewDeadlines returns Deadlines that give each call at least timeout
-// (which must be positive) and at most timeout + Step.
+// (which must be positive) and at most timeout + min(timeout/8, 1 ms).
 func NewDeadlines(timeout time.Duration) *Deadlines {
 	return &Deadlines{timeout: timeout, step: min(max(timeout/8, time.Microsecond), time.Millisecond)}
 }
 
-// Step returns how much longer than the timeout a call's deadline may be:
-// timeout/8, at most 1 ms.
-func (d *Deadlines) Step() time.Duration { return d.step }
-
 // Context returns a context with parent's values whose deadline is shared
 // with the calls starting at about the same time: between the timeout and
-// the timeout plus Step from now. It does not see parent's deadline or
+// the timeout plus one step from now. It does not see parent's deadline or
 // cancellation: a call whose caller went away still ends by its own
 // deadline, which is short, rather than pay for watching the parent.
 func (d *Deadlines) Context(parent context.Context) context.Context {

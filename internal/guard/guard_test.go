@@ -19,8 +19,8 @@ func TestStep(t *testing.T) {
 		{4 * time.Millisecond, 500 * time.Microsecond},
 		{time.Microsecond, time.Microsecond},
 	} {
-		if got := NewDeadlines(tc.timeout).Step(); got != tc.want {
-			t.Errorf("NewDeadlines(%v).Step() = %v, want %v", tc.timeout, got, tc.want)
+		if got := NewDeadlines(tc.timeout).step; got != tc.want {
+			t.Errorf("NewDeadlines(%v).step = %v, want %v", tc.timeout, got, tc.want)
 		}
 	}
 }
@@ -28,13 +28,13 @@ func TestStep(t *testing.T) {
 // TestDeadlineBounds hands out contexts from several goroutines and checks
 // each: its deadline is at least the timeout after the call began (so it
 // was not already expired when handed out, unless the call itself took
-// longer than the timeout), at most timeout+Step after it returned, and
+// longer than the timeout), at most timeout+step after it returned, and
 // it is never done before its deadline.
 func TestDeadlineBounds(t *testing.T) {
 	t.Parallel()
 	for _, timeout := range []time.Duration{2 * time.Millisecond, 20 * time.Millisecond} {
 		d := NewDeadlines(timeout)
-		step := d.Step()
+		step := d.step
 		parent := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -108,7 +108,7 @@ func TestContextIgnoresParent(t *testing.T) {
 	}
 	late, cancelLate := context.WithTimeout(context.Background(), time.Hour)
 	defer cancelLate()
-	if dl, _ := d.Bound(late).Deadline(); dl.After(time.Now().Add(time.Second + d.Step())) {
+	if dl, _ := d.Bound(late).Deadline(); dl.After(time.Now().Add(time.Second + d.step)) {
 		t.Errorf("Bound kept a later deadline of the caller's: %v", dl)
 	}
 }
