@@ -31,11 +31,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/internal/guard"
 )
 
 // DefaultTimeout bounds each rule's store calls when no WithTimeout is given:
@@ -142,17 +142,13 @@ type Verdict struct {
 // Engine decides against one Store for any number of rules. It is safe for
 // concurrent use.
 type Engine struct {
-	store       tollgate.Store
-	timeout     time.Duration
-	deadlines   *deadlines
-	metrics     *Metrics
-	logger      *slog.Logger
-	logInterval time.Duration
-	now         func() time.Time
-
-	logMu      sync.Mutex
-	nextLog    time.Time
-	suppressed int
+	store     tollgate.Store
+	timeout   time.Duration
+	deadlines *guard.Deadlines
+	metrics   *Metrics
+	logger    *slog.Logger
+	now       func() time.Time
+	failLog   guard.Sampler // Every is the log interval
 }
 
 // Option configures an Engine.
@@ -161,9 +157,9 @@ type Option func(*Engine)
 // WithTimeout bounds the store calls of each rule's decision with a deadline
 // of d (DefaultTimeout: 50 ms), so that a slow or hung store cannot hold the
 // request; past it the rule's failure mode applies. To save a timer per
-// request, requests starting within d/8 of each other share one deadline:
-// each gets between d and 9d/8. 0 removes the deadline: only for a store
-// that never waits, such as memorystore.
+// request, requests starting within d/8 (at most 1 ms) of each other share
+// one deadline: each gets between d and d + min(d/8, 1 ms). 0 removes the
+// deadline: only for a store that never waits, such as memorystore.
 func WithTimeout(d time.Duration) Option { return func(e *Engine) { e.timeout = d } }
 
 // WithMetrics records decisions, store latency and store errors in m.
@@ -175,11 +171,12 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l }
 // WithLogInterval logs store failures at most once per d (default
 // DefaultLogInterval); each record says how many were left out since the
 // previous one. 0 logs every failure.
-func WithLogInterval(d time.Duration) Option { return func(e *Engine) { e.logInterval = d } }
+func WithLogInterval(d time.Duration) Option { return func(e *Engine) { e.failLog.Every = d } }
 
 // New returns an Engine deciding against store.
 func New(store tollgate.Store, opts ...Option) *Engine {
-	e := &Engine{store: store, timeout: DefaultTimeout, logInterval: DefaultLogInterval, now: time.Now}
+	e := &Engine{store: store, timeout: DefaultTimeout, now: time.Now}
+	e.failLog.Every = DefaultLogInterval
 	for _, o := range opts {
 		o(e)
 	}
@@ -187,7 +184,7 @@ func New(store tollgate.Store, opts ...Option) *Engine {
 		e.logger = slog.Default()
 	}
 	if e.timeout > 0 {
-		e.deadlines = newDeadlines(e.timeout)
+		e.deadlines = guard.NewDeadlines(e.timeout)
 	}
 	return e
 }
@@ -276,7 +273,7 @@ func CheckPolicies(policies []Policy) error {
 func (r *Rule) Decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
 	e := r.e
 	if e.deadlines != nil {
-		ctx = e.deadlines.bound(ctx)
+		ctx = e.deadlines.Bound(ctx)
 	}
 	v := Verdict{Outcome: Allowed}
 	first := len(dst)
@@ -363,17 +360,10 @@ func (r *Rule) count(o Outcome) {
 // interval ago; the next record reports how many were left out.
 // The key is not logged: it may be an API key.
 func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outcome, err error) {
-	e.logMu.Lock()
-	now := e.now()
-	if e.logInterval > 0 && now.Before(e.nextLog) {
-		e.suppressed++
-		e.logMu.Unlock()
+	ok, suppressed := e.failLog.Allow(e.now())
+	if !ok {
 		return
 	}
-	suppressed := e.suppressed
-	e.suppressed = 0
-	e.nextLog = now.Add(e.logInterval)
-	e.logMu.Unlock()
 
 	msg := "tollgate: store failed; request let through (fail-open)"
 	if o == FailedClosed {

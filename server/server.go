@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/internal/guard"
 )
 
 // DefaultTimeout is the deadline of a request's store calls unless
@@ -56,9 +57,10 @@ type Server struct {
 	reloadMu sync.Mutex // one load at a time
 	storeUp  atomic.Bool
 	draining atomic.Bool
-	failLog  sampler
-	// deadlines bounds each request's store calls (see WithTimeout).
-	deadlines deadlines
+	failLog  guard.Sampler
+	// deadlines bounds each request's store calls (see WithTimeout); nil
+	// for no deadline.
+	deadlines *guard.Deadlines
 }
 
 // snapshot is the rules in force and what the server keeps per rule.
@@ -88,8 +90,10 @@ func (st *ruleState) counter(m *metrics, o outcome) prometheus.Counter {
 type Option func(*Server)
 
 // WithTimeout sets the deadline of each request's store calls together
-// (default 50 ms). When it passes, each rule's failure mode decides. 0
-// sets none, for a store that never waits (memorystore).
+// (default 50 ms). When it passes, each rule's failure mode decides.
+// Requests starting within a millisecond of each other share one timer, so
+// a request may get up to a millisecond more. 0 sets none, for a store that
+// never waits (memorystore).
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
 
 // WithFailureMode sets what rules without their own failure_mode answer
@@ -134,6 +138,10 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if s.timeout > 0 {
+		s.deadlines = guard.NewDeadlines(s.timeout)
+	}
+	s.failLog.Every = time.Second
 	if s.failMode == config.FailDefault {
 		s.failMode = config.FailOpen
 	}
@@ -334,8 +342,8 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
 			st.DurationUntilReset = roundUp(res.RetryAfter)
 		} else {
-			if !withDeadline && s.timeout > 0 {
-				ctx, withDeadline = s.deadlines.with(ctx, time.Now(), s.timeout), true
+			if !withDeadline && s.deadlines != nil {
+				ctx, withDeadline = s.deadlines.Context(ctx), true
 			}
 			o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
 		}
@@ -441,7 +449,7 @@ func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) out
 	if mode == config.FailClosed {
 		o = outcomeFailClosed
 	}
-	if ok, folded := s.failLog.allow(s.now()); ok {
+	if ok, folded := s.failLog.Allow(s.now()); ok {
 		s.log.Warn("store failed; answered by the rule's failure mode",
 			"rule", r.ID, "failure_mode", mode.String(), "answer", outcomeNames[o], "error", err.Error(), "similar_events_not_logged", folded)
 	}
@@ -574,26 +582,6 @@ func appendEscaped(b []byte, s string) []byte {
 		}
 	}
 	return b
-}
-
-// sampler lets one log line through per second and counts the rest, so a
-// store outage under load does not flood the log.
-type sampler struct {
-	mu     sync.Mutex
-	next   time.Time
-	folded int
-}
-
-func (l *sampler) allow(now time.Time) (ok bool, folded int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Before(l.next) {
-		l.folded++
-		return false, 0
-	}
-	l.next = now.Add(time.Second)
-	folded, l.folded = l.folded, 0
-	return true, folded
 }
 
 // Probe checks the store every interval (with WithPing) until ctx ends,

@@ -265,53 +265,30 @@ func equal(a, b []uint32) bool {
 }
 
 // BenchmarkShouldRateLimit is the service's own cost per decision, on the
-// memory store, without the network: match, key, decide, response.
+// memory store, without the network: match, key, decide, response; with no
+// deadline (as serve runs the memory store) and with the default one (as
+// it runs Redis).
 func BenchmarkShouldRateLimit(b *testing.B) {
-	s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(0))
-	reqs := make([]*pb.RateLimitRequest, 1024)
-	for i := range reqs {
-		reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
-	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			if _, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
-				b.Fatal(err)
+	for _, bc := range []struct {
+		name    string
+		timeout time.Duration
+	}{{"no_deadline", 0}, {"deadline", DefaultTimeout}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(bc.timeout))
+			reqs := make([]*pb.RateLimitRequest, 1024)
+			for i := range reqs {
+				reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
 			}
-			i++
-		}
-	})
-}
-
-func TestSharedDeadlines(t *testing.T) {
-	t.Parallel()
-	var dl deadlines
-	now := time.Now()
-	a := dl.with(context.Background(), now, 30*time.Millisecond)
-	b := dl.with(context.Background(), now, 30*time.Millisecond)
-	if a.Done() != b.Done() {
-		t.Errorf("two deadlines in the same millisecond do not share a timer")
-	}
-	d, ok := a.Deadline()
-	if !ok || d.Before(now.Add(30*time.Millisecond)) || d.After(now.Add(31*time.Millisecond)) {
-		t.Errorf("deadline %v, want within a millisecond after %v", d, now.Add(30*time.Millisecond))
-	}
-	if a.Err() != nil {
-		t.Errorf("Err() = %v before the deadline", a.Err())
-	}
-	select {
-	case <-a.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not done 5s after a 30ms deadline")
-	}
-	if a.Err() != context.DeadlineExceeded {
-		t.Errorf("Err() = %v after the deadline, want DeadlineExceeded", a.Err())
-	}
-	dl.mu.Lock()
-	n := len(dl.buckets)
-	dl.mu.Unlock()
-	if n != 0 {
-		t.Errorf("%d buckets left after their deadline", n)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
 	}
 }

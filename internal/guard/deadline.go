@@ -1,0 +1,123 @@
+// Package guard holds what every request path that calls a tollgate.Store
+// puts around the call, so that enforce (behind httplimit and grpclimit) and
+// server (tollgate serve) share one copy: a deadline shared by the calls
+// that start at about the same time (Deadlines), and a limit on how often
+// store failures are logged (Sampler).
+//
+// What a failure means — fail-open or fail-closed, which metric counts it,
+// what the log record says — stays with each caller: their metrics and log
+// records are part of their interfaces and differ on purpose.
+package guard
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Deadlines gives store calls a deadline without a runtime timer per call.
+//
+// context.WithTimeout on every request costs a timer of its own and four
+// allocations — on memorystore about twice the decision itself, and at tens
+// of thousands of decisions a second the runtime's timer locks show in
+// profiles. Instead, calls that start within one step of each other share
+// one context whose deadline is timeout+step after the first of them, so
+// each call gets a deadline between timeout and timeout+step after its
+// start, and one timer serves them all. The step is timeout/8, at most 1 ms:
+// a deadline is never more than a millisecond late, and a busy service
+// makes at most a thousand contexts a second.
+//
+// The current epoch is read with one atomic load; only the call that finds
+// it stale takes the lock to make the next one. Deadlines keep the
+// monotonic clock reading, so a step of the wall clock moves none of them.
+//
+// A Deadlines is safe for concurrent use. It holds no goroutine; the
+// contexts of the epochs that expired are released at the next rotation.
+type Deadlines struct {
+	timeout, step time.Duration
+	cur           atomic.Pointer[epoch]
+
+	mu  sync.Mutex // serializes rotation
+	old []*epoch   // epochs whose contexts may still be in use
+}
+
+type epoch struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+	until    time.Time // hand it out to calls starting before this
+}
+
+// NewDeadlines returns Deadlines that give each call at least timeout
+// (which must be positive) and at most timeout + min(timeout/8, 1 ms).
+func NewDeadlines(timeout time.Duration) *Deadlines {
+	return &Deadlines{timeout: timeout, step: min(max(timeout/8, time.Microsecond), time.Millisecond)}
+}
+
+// Context returns a context with parent's values whose deadline is shared
+// with the calls starting at about the same time: between the timeout and
+// the timeout plus one step from now. It does not see parent's deadline or
+// cancellation: a call whose caller went away still ends by its own
+// deadline, which is short, rather than pay for watching the parent.
+func (d *Deadlines) Context(parent context.Context) context.Context {
+	return &withValues{Context: d.current().ctx, values: parent}
+}
+
+// Bound is Context, except that when parent's own deadline comes first it
+// returns parent unchanged (its deadline and cancellation included).
+func (d *Deadlines) Bound(parent context.Context) context.Context {
+	ep := d.current()
+	if dl, ok := parent.Deadline(); ok && !dl.After(ep.deadline) {
+		return parent
+	}
+	return &withValues{Context: ep.ctx, values: parent}
+}
+
+// current returns the epoch for a call starting now.
+func (d *Deadlines) current() *epoch {
+	if ep := d.cur.Load(); ep != nil && time.Now().Before(ep.until) {
+		return ep
+	}
+	return d.rotate()
+}
+
+func (d *Deadlines) rotate() *epoch {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Read the clock under the lock: a caller that waited for it (or was
+	// descheduled) must not create an epoch that has already expired.
+	now := time.Now()
+	if ep := d.cur.Load(); ep != nil && now.Before(ep.until) {
+		return ep // another call rotated first
+	}
+	// Release the epochs whose timers have fired: this only drops the
+	// references. One past its deadline whose timer is late (a loaded
+	// machine) stays until it fires: cancelling it would end its calls with
+	// context.Canceled instead of DeadlineExceeded.
+	keep := d.old[:0]
+	for _, o := range d.old {
+		if o.ctx.Err() != nil {
+			o.cancel()
+		} else {
+			keep = append(keep, o)
+		}
+	}
+	clear(d.old[len(keep):])
+	d.old = keep
+	deadline := now.Add(d.timeout + d.step)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ep := &epoch{ctx: ctx, cancel: cancel, deadline: deadline, until: now.Add(d.step)}
+	d.old = append(d.old, ep)
+	d.cur.Store(ep)
+	return ep
+}
+
+// withValues is the shared deadline context (Deadline, Done, Err) with the
+// values of the call's own context (trace IDs, ...).
+type withValues struct {
+	context.Context
+	values context.Context
+}
+
+func (c *withValues) Value(key any) any { return c.values.Value(key) }
