@@ -19,8 +19,10 @@
 --     enough for it — as long as that is within the max delay. The level
 --     then stands above the capacity by what is queued, so the next request
 --     is delayed behind it: admitted requests leave spaced at the rate.
---   * Fixed-point units, exact leak, backwards clocks, no write on denial
---     and the TTL (until the bucket is empty) as in token_bucket.lua.
+--   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
+--     for the reason token_bucket.lua's refill is), backwards clocks, no
+--     write on denial and the TTL (until the bucket is empty) as in
+--     token_bucket.lua.
 local key = KEYS[1]
 local rate = tonumber(ARGV[1])
 local unit = tonumber(ARGV[2])
@@ -41,11 +43,7 @@ if st[1] then
     level = math.floor(level / u * unit)
   end
   if now > ts then
-    if now - ts >= cdiv(level, rate) then
-      level = 0
-    else
-      level = level - (now - ts) * rate
-    end
+    level = math.max(0, level - (now - ts) * rate)
     ts = now
   end
 end
@@ -62,12 +60,14 @@ elseif queue > 0 and over <= queue then
 else
   retry = lag + cdiv(over - queue, rate)
 end
-if allowed == 1 and n > 0 then
+if allowed == 1 then
   level = level + cost
-  redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', int(unit))
-  expire(key, lag + cdiv(level, rate))
 end
 if level > 0 then
   reset = lag + cdiv(level, rate)
+end
+if allowed == 1 and n > 0 then
+  redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', int(unit))
+  expire(key, reset)
 end
 return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}

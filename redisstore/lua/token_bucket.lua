@@ -25,6 +25,11 @@
 --     describes the bucket exactly, and its TTL still holds.
 --   * The TTL is the time until the bucket is full again: an idle key
 --     disappears exactly when forgetting it changes nothing.
+--   * Refill is min(capacity, tokens + elapsed * rate): when the product
+--     outgrows 2^53 it is no longer exact, but then it is far above the
+--     capacity, and rounding never moves a double across a value it can
+--     hold exactly — so the minimum is exact. One ceil-division per
+--     decision fewer than comparing elapsed with the time to fill.
 local key = KEYS[1]
 local rate = tonumber(ARGV[1])
 local unit = tonumber(ARGV[2])
@@ -43,31 +48,27 @@ if st[1] then
   if u ~= unit then
     tokens = math.floor(tokens / u * unit)
   end
-  tokens = math.min(tokens, capacity)
   if now > ts then
-    if now - ts >= cdiv(capacity - tokens, rate) then
-      tokens = capacity
-    else
-      tokens = tokens + (now - ts) * rate
-    end
+    tokens = tokens + (now - ts) * rate
     ts = now
   end
+  tokens = math.min(tokens, capacity)
 end
 
-local lag = ts - now
+local lag = ts - now -- > 0 only when the clock went backwards
 local cost = n * unit
 local allowed, retry, reset = 0, 0, 0
 if tokens >= cost then
   allowed = 1
-  if n > 0 then
-    tokens = tokens - cost
-    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', int(unit))
-    expire(key, lag + cdiv(capacity - tokens, rate))
-  end
-else
-  retry = lag + cdiv(cost - tokens, rate)
+  tokens = tokens - cost
 end
 if tokens < capacity then
   reset = lag + cdiv(capacity - tokens, rate)
+end
+if allowed == 0 then
+  retry = lag + cdiv(cost - tokens, rate)
+elseif n > 0 then
+  redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', int(unit))
+  expire(key, reset)
 end
 return {allowed, fdiv(tokens, unit), retry, reset, 0}
