@@ -11,10 +11,10 @@
 // global lock) and allocates nothing for a key that exists. Memory is
 // bounded: at most WithMaxKeys keys (about 200 bytes each, plus 8 bytes per
 // admitted request a sliding window log remembers). A key whose state is back
-// to full is equivalent to a fresh one and is reclaimed as new keys arrive;
-// when every key is live and the store is full, the key nearest to expiring
-// among a few sampled is evicted (it forgets what it spent) and counted in
-// Stats.
+// to full is equivalent to a fresh one and, once the store is half full, is
+// reclaimed as new keys arrive; when every key is live and the store is full,
+// the key nearest to expiring among a few sampled is evicted (it forgets what
+// it spent) and counted in Stats.
 package memorystore
 
 import (
@@ -171,11 +171,18 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}, nil
 }
 
-// insert adds a new key to sh (locked). Each insertion looks at a few keys
-// (Go's map iteration starts at a random place): expired ones are reclaimed,
-// and when the shard is full the sampled key nearest to expiry is evicted.
-// The cost is constant per new key, never a sweep of the whole store.
+// insert adds a new key to sh (locked). Once the shard is half full, each
+// insertion looks at a few keys (Go's map iteration starts at a random
+// place): expired ones are reclaimed, and when the shard is full the sampled
+// key nearest to expiry is evicted. The cost is constant per new key, never
+// a sweep of the whole store; below half full it is nothing (starting a map
+// iteration costs more than the rest of a decision), and an expired key that
+// returns finds its state where it left it.
 func (s *Store) insert(sh *shard, k skey, st *state, now int64) {
+	if len(sh.m) < s.perShard/2 {
+		sh.m[k] = st
+		return
+	}
 	const samples = 4
 	var (
 		victim   skey
