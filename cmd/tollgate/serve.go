@@ -328,11 +328,14 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 
 	select {
 	case <-ctx.Done():
+		// Not ready first, then say so: whoever reads the log line (an
+		// operator, a test) finds /readyz already failing.
+		srv.Drain()
 		log.Info("shutting down: draining requests in flight", "shutdown_delay", shutdownDelay.String(), "drain_timeout", drainTimeout.String())
 	case err := <-errc:
+		srv.Drain()
 		log.Error("a listener failed; shutting down", "error", err.Error())
 	}
-	srv.Drain()
 	if *shutdownDelay > 0 {
 		time.Sleep(*shutdownDelay)
 	}
