@@ -3,13 +3,11 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -28,16 +26,7 @@ import (
 // each test writes under a prefix of its own instead of flushing.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if server, err = redistest.StartServer(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
 // clock is a settable clock shared by the store and the test.
 type clock struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,16 +23,7 @@ import (
 // start servers of their own.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if server, err = redistest.StartServer(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
 func key(t *testing.T) string { return fmt.Sprintf("%s:%d", t.Name(), rand.Int64()) }
 

@@ -591,3 +591,22 @@ func poll(ctx context.Context, what string, check func(context.Context) error) e
 		}
 	}
 }
+
+// Main is the whole TestMain of a package whose tests share one
+// redis-server: it starts the server, stores it in *s, runs the tests,
+// stops the server and exits with the tests' status.
+//
+//	var server *redistest.Server
+//
+//	func TestMain(m *testing.M) { redistest.Main(m, &server) }
+func Main(m *testing.M, s **Server) {
+	srv, err := StartServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*s = srv
+	code := m.Run()
+	srv.Close()
+	os.Exit(code)
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -19,16 +18,7 @@ import (
 
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if server, err = redistest.StartServer(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
 const ms = time.Millisecond
 
