@@ -26,7 +26,7 @@ import (
 // Why: a Redis core spends most of an unpipelined decision reading and
 // writing the network, not running Lua; sent together, the same scripts run
 // about twice as often per second, and the client spends a fraction of the
-// system calls (see README, "Scale and faults"). A window of a few round
+// system calls (see docs/operations.md, "Scale and faults"). A window of a few round
 // trips (say 1ms) and a batch of 32 to 128 suit most services; a window
 // shorter than a round trip under load sends more, smaller pipelines.
 // Measure with the benchmark in bench/.

@@ -123,8 +123,9 @@ func TestSimulateBadInput(t *testing.T) {
 }
 
 // TestSimulateDocsAreCurrent regenerates the charts and tables committed in
-// docs/simulate (README "Choosing an algorithm") and requires them to be
-// what the command produces now, and README to show the tables as they are.
+// docs/simulate (docs/algorithms.md, "Choosing an algorithm") and requires
+// them to be what the command produces now, and the page to show the tables
+// as they are.
 // The Redis column is left out of the comparison: MEMORY USAGE depends on
 // the Redis version and allocator, while everything else is exact.
 func TestSimulateDocsAreCurrent(t *testing.T) {
@@ -133,7 +134,7 @@ func TestSimulateDocsAreCurrent(t *testing.T) {
 	if code, _, errs := runCmd(t, nil, "simulate", "-out", dir); code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/algorithms.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +150,8 @@ func TestSimulateDocsAreCurrent(t *testing.T) {
 			}
 			if ext == ".md" {
 				got, committed = withoutRedisColumn(got), withoutRedisColumn(committed)
-				if !bytes.Contains(withoutRedisColumn(readme), committed) {
-					t.Errorf("README.md does not show docs/simulate/%s.md as it is", p)
+				if !bytes.Contains(withoutRedisColumn(page), committed) {
+					t.Errorf("docs/algorithms.md does not show docs/simulate/%s.md as it is", p)
 				}
 			}
 			if !bytes.Equal(got, committed) {
@@ -160,11 +161,11 @@ func TestSimulateDocsAreCurrent(t *testing.T) {
 	}
 }
 
-// TestReadmeBucketSHA: README's example of make bucket shows the SHA of the
-// script as it is now.
-func TestReadmeBucketSHA(t *testing.T) {
+// TestLabBucketSHA: docs/lab.md's example of make bucket shows the SHA of
+// the script as it is now.
+func TestLabBucketSHA(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/lab.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestReadmeBucketSHA(t *testing.T) {
 		fmt.Sprintf("lua/token_bucket.lua, %d bytes)", len(src)),
 	} {
 		if !bytes.Contains(readme, []byte(want)) {
-			t.Errorf("README.md's make bucket example lacks %q: update it from `make bucket`", want)
+			t.Errorf("docs/lab.md's make bucket example lacks %q: update it from `make bucket`", want)
 		}
 	}
 }

@@ -26,5 +26,5 @@
 //     sentinels' timeouts, and the gap is measured.
 //
 // Each test logs what it measured (gaps, durations, error kinds); the
-// README's "Failures" section quotes them.
+// docs/operations.md, "Failures", quotes them.
 package faulttest
