@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/connectivity"
+)
+
+// TestServeClosesIdleAndSlowConnections holds more connections than the
+// service has file descriptors: half idle on keep-alive after a request,
+// half sending a body a byte at a time. The service closes every one of
+// them within its configured bounds, and /healthcheck, unreachable while
+// they hold the descriptors, answers again.
+func TestServeClosesIdleAndSlowConnections(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesFile(10))
+	p := startTollgateWith(t, launch{nofile: 200}, "serve", "--config", path,
+		"--read-timeout", "2s", "--idle-timeout", "2s", "--write-timeout", "5s")
+	addr := strings.TrimPrefix(p.http, "http://")
+
+	const each = 130
+	var conns []net.Conn
+	for i := range 2 * each {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		t.Cleanup(func() { c.Close() })
+		if i < each {
+			// Idle on keep-alive once its request is answered.
+			io.WriteString(c, "GET /healthcheck HTTP/1.1\r\nHost: tollgate\r\n\r\n")
+		} else {
+			io.WriteString(c, "POST /json HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+		}
+	}
+	// The slow ones send a byte every half second until they are cut off
+	// or the test ends.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(done); wg.Wait() }()
+	for _, c := range conns[each:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+					if _, err := c.Write([]byte(" ")); err != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+
+	// /healthcheck answers once the bounds have freed descriptors: 2 s
+	// each, and a minute is far beyond what a loaded machine adds.
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	start := time.Now()
+	var last error
+	for {
+		resp, err := client.Get(p.http + "/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+			err = errors.New(resp.Status)
+		}
+		last = err
+		if time.Since(start) > time.Minute {
+			t.Fatalf("/healthcheck unanswered for a minute with %d idle and %d slow connections open: %v", each, each, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("/healthcheck answered after %v", time.Since(start).Round(100*time.Millisecond))
+
+	// Every connection is closed by the service: reading reaches the end
+	// (after the answer, for the idle ones), never the test's deadline.
+	deadline := time.Now().Add(time.Minute)
+	open := 0
+	for _, c := range conns {
+		c.SetReadDeadline(deadline)
+		_, err := io.Copy(io.Discard, c)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			open++
+		}
+	}
+	if open > 0 {
+		t.Errorf("%d of %d connections still open a minute later; want all closed by --read-timeout and --idle-timeout (2s)", open, len(conns))
+	}
+}
+
+// TestServeClosesIdleGRPCConnections: a gRPC connection that never
+// completes its handshake is closed, and one with no calls is sent away
+// (GOAWAY) so that its client goes idle.
+func TestServeClosesIdleGRPCConnections(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesFile(10))
+	p := startTollgate(t, "serve", "--config", path, "--grpc-max-connection-idle", "2s", "--grpc-handshake-timeout", "2s")
+
+	silent, err := net.Dial("tcp", p.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	p.ask(request("reload", desc("k", randomID())))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for s := p.conn.GetState(); s == connectivity.Ready; s = p.conn.GetState() {
+		if !p.conn.WaitForStateChange(ctx, s) {
+			t.Fatalf("gRPC client still %v a minute after its last call; want it sent away after --grpc-max-connection-idle (2s)", s)
+		}
+	}
+
+	silent.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := io.Copy(io.Discard, silent); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection that sent nothing is still open a minute later; want it closed after --grpc-handshake-timeout (2s)")
+	}
+	// The service still answers.
+	p.ask(request("reload", desc("k", randomID())))
+}
