@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -87,10 +88,13 @@ func (c *connFlags) check(grpcToo, debug bool) error {
 	return nil
 }
 
-// httpServer returns an HTTP server for h with the bounds applied.
-func (c *connFlags) httpServer(h http.Handler) *http.Server {
+// httpServer returns an HTTP server for h with the bounds applied. Its own
+// complaints (accept errors, TLS handshakes, panics) go to log, in the
+// service's log format.
+func (c *connFlags) httpServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ReadHeaderTimeout: min(c.readTimeout, 10*time.Second),
 		ReadTimeout:       c.readTimeout,
 		WriteTimeout:      c.writeTimeout,
@@ -101,8 +105,8 @@ func (c *connFlags) httpServer(h http.Handler) *http.Server {
 
 // debugServer returns the debug listener's server: the same bounds but a
 // write timeout long enough for profiles.
-func (c *connFlags) debugServer(h http.Handler) *http.Server {
-	s := c.httpServer(h)
+func (c *connFlags) debugServer(h http.Handler, log *slog.Logger) *http.Server {
+	s := c.httpServer(h, log)
 	s.WriteTimeout = c.debugWriteTimeout
 	return s
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -26,7 +27,7 @@ func TestServeClosesIdleAndSlowConnections(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, rulesFile(10))
 	p := startTollgateWith(t, launch{nofile: 200}, "serve", "--config", path,
-		"--read-timeout", "2s", "--idle-timeout", "2s", "--write-timeout", "5s")
+		"--read-timeout", "2s", "--idle-timeout", "2s", "--write-timeout", "5s", "--log-format", "json")
 	addr := strings.TrimPrefix(p.http, "http://")
 
 	const each = 130
@@ -104,6 +105,15 @@ func TestServeClosesIdleAndSlowConnections(t *testing.T) {
 	}
 	if open > 0 {
 		t.Errorf("%d of %d connections still open a minute later; want all closed by --read-timeout and --idle-timeout (2s)", open, len(conns))
+	}
+	// The HTTP server's own complaints (accept errors while descriptors
+	// ran out) are in the service's log format too.
+	p.stop()
+	for _, line := range strings.Split(strings.TrimSuffix(p.log.String(), "\n"), "\n") {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Errorf("not JSON: %s", line)
+		}
 	}
 }
 

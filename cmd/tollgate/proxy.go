@@ -93,8 +93,8 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate proxy: %v\n", err)
 		return 1
 	}
-	ps := conns.httpServer(handler)
-	as := conns.httpServer(srv.Handler())
+	ps := conns.httpServer(handler, log)
+	as := conns.httpServer(srv.Handler(), log)
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	f.background(bg, srv, log)

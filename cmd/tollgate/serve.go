@@ -315,7 +315,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	// growing a fresh one for every request.
 	g := grpc.NewServer(append(conns.grpcOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
-	hs := conns.httpServer(mux)
+	hs := conns.httpServer(mux, log)
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
@@ -334,7 +334,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		dmux.HandleFunc("/debug/pprof/", pprof.Index)
 		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		ds := conns.debugServer(dmux)
+		ds := conns.debugServer(dmux, log)
 		go ds.Serve(dl)
 		defer ds.Close()
 		log.Info("debug listening", "addr", dl.Addr().String())
