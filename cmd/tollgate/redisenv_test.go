@@ -83,6 +83,9 @@ func TestServeRedisCredentials(t *testing.T) {
 			if got := p.readyWithin(wait); got != tc.ready {
 				t.Errorf("ready = %v, want %v", got, tc.ready)
 			}
+			if !strings.Contains(p.log.String(), "store=redis") {
+				t.Errorf("not serving from Redis:\n%s", p.log.String())
+			}
 			p.stop()
 			if strings.Contains(p.log.String(), "M4RK") {
 				t.Errorf("the log shows the password:\n%s", p.log.String())
