@@ -94,16 +94,7 @@ func TestServeClosesIdleAndSlowConnections(t *testing.T) {
 
 	// Every connection is closed by the service: reading reaches the end
 	// (after the answer, for the idle ones), never the test's deadline.
-	deadline := time.Now().Add(time.Minute)
-	open := 0
-	for _, c := range conns {
-		c.SetReadDeadline(deadline)
-		_, err := io.Copy(io.Discard, c)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			open++
-		}
-	}
-	if open > 0 {
+	if open := stillOpen(conns, time.Minute); open > 0 {
 		t.Errorf("%d of %d connections still open a minute later; want all closed by --read-timeout and --idle-timeout (2s)", open, len(conns))
 	}
 	// The HTTP server's own complaints (accept errors while descriptors
@@ -147,4 +138,49 @@ func TestServeClosesIdleGRPCConnections(t *testing.T) {
 	}
 	// The service still answers.
 	p.ask(request("reload", desc("k", randomID())))
+}
+
+// stillOpen reads every connection to its end and returns how many were
+// not closed by the other side within d.
+func stillOpen(conns []net.Conn, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	open := 0
+	for _, c := range conns {
+		c.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+			open++
+		}
+	}
+	return open
+}
+
+// TestProxyClosesIdleAndSlowConnections: the proxy's listener and its
+// admin listener have the same bounds as serve's.
+func TestProxyClosesIdleAndSlowConnections(t *testing.T) {
+	t.Parallel()
+	app := upstreamApp(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, rules, "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	p := startTollgate(t, "proxy", "--config", rules, "--upstream", app.URL, "--read-timeout", "2s", "--idle-timeout", "2s")
+	var conns []net.Conn
+	for _, tc := range []struct{ base, request string }{
+		{p.proxy, "GET /items HTTP/1.1\r\nHost: api\r\n\r\n"},
+		{p.proxy, "POST /items HTTP/1.1\r\nHost: api\r\nContent-Length: 1000\r\n\r\n{"},
+		{p.http, "GET /healthcheck HTTP/1.1\r\nHost: api\r\n\r\n"},
+		{p.http, "POST /json HTTP/1.1\r\nHost: api\r\nContent-Length: 1000\r\n\r\n{"},
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(tc.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, tc.request)
+		conns = append(conns, c)
+	}
+	if open := stillOpen(conns, time.Minute); open > 0 {
+		t.Errorf("%d of %d connections still open a minute later; want all closed by --read-timeout and --idle-timeout (2s)", open, len(conns))
+	}
+	if code, _ := p.get("/healthcheck"); code != 200 {
+		t.Errorf("/healthcheck: %d, want 200", code)
+	}
 }
