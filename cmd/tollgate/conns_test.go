@@ -184,3 +184,28 @@ func TestProxyClosesIdleAndSlowConnections(t *testing.T) {
 		t.Errorf("/healthcheck: %d, want 200", code)
 	}
 }
+
+// A bound of zero would mean no bound at all: refused at start.
+func TestConnectionBoundsValidated(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--read-timeout", "0"}, "--read-timeout 0s: want a positive duration"},
+		{[]string{"serve", "--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
+		{[]string{"serve", "--grpc-max-connection-idle", "0"}, "--grpc-max-connection-idle 0s"},
+		{[]string{"serve", "--grpc-max-concurrent-streams", "0"}, "--grpc-max-concurrent-streams 0"},
+		{[]string{"serve", "--debug", "127.0.0.1:0", "--debug-write-timeout", "0"}, "--debug-write-timeout 0s"},
+		{[]string{"serve", "--max-header-bytes", "100"}, "--max-header-bytes 100: want at least 4096"},
+		{[]string{"proxy", "--write-timeout", "0"}, "--write-timeout 0s"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb strings.Builder
+			code := run(context.Background(), append([]string{"tollgate"}, tc.args...), func(string) string { return "" }, &out, &errb)
+			if code != 2 || !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errb.String(), tc.want)
+			}
+		})
+	}
+}
