@@ -3,20 +3,49 @@ package enforce
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 
 	"github.com/tollgate/tollgate"
 )
 
 // KeyString turns b — a namespaced key: a prefix of prefixLen bytes naming
-// the rule and the key's kind, then the value — into a store key. When b is
-// longer than tollgate.MaxKeyLen the value is replaced by "sha256=" and its
-// hash, so a client sending a huge header is still limited (a store would
-// reject the long key, and the rule would fail open).
+// the rule and the key's kind and ending in ':', then the value — into a
+// store key. When b is longer than tollgate.MaxKeyLen the value is replaced
+// by its SHA-256, so a client sending a huge header is still limited (a
+// store would reject the long key, and the rule would fail open).
+//
+// A hashed key ends its prefix with '#' instead of ':' ("rule:kind#<hex>"),
+// so hashed and literal keys live in separate namespaces: a client that
+// sends the hex of someone else's long value as its own value spends its
+// own counter, not theirs. This holds because rule names and kind names
+// never contain ':' — a literal key always has a ':' after its kind, a
+// hashed key never has one after its rule name.
 func KeyString(b []byte, prefixLen int) string {
 	if len(b) > tollgate.MaxKeyLen {
 		sum := sha256.Sum256(b[prefixLen:])
-		b = append(b[:prefixLen], "sha256="...)
+		b = b[:prefixLen]
+		b[prefixLen-1] = '#'
 		b = hex.AppendEncode(b, sum[:])
 	}
 	return string(b)
+}
+
+// AppendPart finishes one part of a composite key: dst[start:] holds the
+// part's value, just appended, and AppendPart rewrites it as the value's
+// length in decimal, ':', then the value. The length is never clamped, and
+// the terminator ends it, so the encoding of a tuple of parts is
+// unambiguous whatever the parts hold or how long they are: no two
+// different tuples spell the same key. It moves the value in place, and
+// allocates only when dst lacks room for the length.
+func AppendPart(dst []byte, start int) []byte {
+	var digits [20]byte
+	n := strconv.AppendInt(digits[:0], int64(len(dst)-start), 10)
+	shift := len(n) + 1
+	for range shift {
+		dst = append(dst, 0)
+	}
+	copy(dst[start+shift:], dst[start:len(dst)-shift])
+	copy(dst[start:], n)
+	dst[start+len(n)] = ':'
+	return dst
 }

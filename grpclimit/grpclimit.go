@@ -101,7 +101,9 @@ const (
 )
 
 // Key says whom a rule counts a call against. Store keys are namespaced as
-// "<rule>:<kind>:<value>", as in httplimit.
+// "<rule>:<kind>:<value>", as in httplimit: a composite's parts each
+// prefixed by its length and ':', and a value too long for a store replaced
+// by its SHA-256 as "<rule>:<kind>#<hex>", apart from every literal value.
 type Key struct {
 	kind  keyKind
 	name  string
@@ -208,15 +210,15 @@ func (l *Limiter) appendValue(dst []byte, k *Key, ctx context.Context, method st
 	case kindGlobal:
 		return dst, true
 	}
+	// Composite: each part's value prefixed by its length and ':', as in
+	// httplimit, so that no two different tuples spell the same key.
 	for i := range k.parts {
-		var part []byte
+		start := len(dst)
 		var ok bool
-		if part, ok = l.appendValue(nil, &k.parts[i], ctx, method); !ok {
+		if dst, ok = l.appendValue(dst, &k.parts[i], ctx, method); !ok {
 			return dst, false
 		}
-		dst = strconv.AppendInt(dst, int64(len(part)), 10)
-		dst = append(dst, ':')
-		dst = append(dst, part...)
+		dst = enforce.AppendPart(dst, start)
 	}
 	return dst, true
 }

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/tollgate/tollgate/enforce"
@@ -30,9 +29,12 @@ const (
 //	<rule>:<kind>:<value>
 //
 // so two rules, or an API key and an IP address that happen to be spelled
-// alike, never share a counter. A value that would make the key longer than
-// tollgate.MaxKeyLen is replaced by its SHA-256, so a client cannot escape a
-// limit by sending a huge header.
+// alike, never share a counter. A composite's value is its parts, each
+// prefixed by its length and ':', so no two tuples of parts spell the same
+// key. A value that would make the key longer than tollgate.MaxKeyLen is
+// replaced by its SHA-256, as "<rule>:<kind>#<hex>": a client cannot escape
+// a limit by sending a huge header, nor reach a hashed key's counter by
+// sending the hash as its own value.
 type Key struct {
 	kind  keyKind
 	name  string // the header's canonical name, or Func's kind
@@ -152,23 +154,16 @@ func (k *Key) appendValue(dst []byte, r *http.Request, ips *clientip.Resolver) (
 	case kindGlobal:
 		return dst, true
 	}
-	// Composite: each part's value prefixed by its length, so that no two
-	// different tuples spell the same key.
+	// Composite: each part's value prefixed by its length and ':', so that
+	// no two different tuples spell the same key (enforce.AppendPart).
 	for i := range k.parts {
-		lenAt := len(dst)
-		dst = append(dst, "000:"...)
-		var ok bool
 		start := len(dst)
+		var ok bool
 		dst, ok = k.parts[i].appendValue(dst, r, ips)
 		if !ok {
 			return dst, false
 		}
-		n := len(dst) - start
-		if n > 999 {
-			n = 999 // over MaxKeyLen anyway: the whole value is hashed
-		}
-		s := strconv.Itoa(n)
-		copy(dst[lenAt+3-len(s):lenAt+3], s)
+		dst = enforce.AppendPart(dst, start)
 	}
 	return dst, true
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"time"
 )
@@ -30,6 +29,10 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	listen := fs.String("listen", "127.0.0.1:8000", "address the proxy listens on")
 	admin := fs.String("http", "127.0.0.1:8080", "address for /healthcheck, /readyz, /metrics and /json")
 	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
+	var conns connFlags
+	// The proxy's answers are the upstream's: a minute, as nginx's
+	// proxy_read_timeout, before a slow one is cut.
+	conns.registerHTTP(fs, time.Minute)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate proxy --upstream URL --config PATH [--domain NAME] [--descriptor SPEC]... [flags]")
 		fmt.Fprintln(stderr, "\nA reverse proxy that applies the rules to every request: 429 with Retry-After and")
@@ -45,12 +48,16 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		return 2
 	}
+	if err := conns.check(false, false); err != nil {
+		fmt.Fprintf(stderr, "tollgate proxy: %v\n", err)
+		return 2
+	}
 	up, err := url.Parse(*upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		fmt.Fprintf(stderr, "tollgate proxy: --upstream %q: want an http:// or https:// URL\n", *upstream)
 		return 2
 	}
-	srv, log, cleanup, err := f.setup(stderr)
+	srv, log, cleanup, err := f.setup(getenv, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate proxy: %v\n", err)
 		return 1
@@ -86,8 +93,8 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate proxy: %v\n", err)
 		return 1
 	}
-	ps := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	as := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ps := conns.httpServer(handler, log)
+	as := conns.httpServer(srv.Handler(), log)
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	f.background(bg, srv, log)

@@ -13,12 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
@@ -41,6 +42,7 @@ func init() {
 type serveFlags struct {
 	config      string
 	redis       string
+	redisPwFile string
 	redisPrefix string
 	pipeline    time.Duration
 	timeout     time.Duration
@@ -93,7 +95,8 @@ func (f *serveFlags) httpRules() (server.HTTPRules, error) {
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "rules: a YAML file or a directory of them, in envoyproxy/ratelimit's format (required)")
-	fs.StringVar(&f.redis, "redis", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (default: the embedded memory store, one instance)")
+	fs.StringVar(&f.redis, "redis", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (default: $REDIS_URL, else the embedded memory store, one instance)")
+	fs.StringVar(&f.redisPwFile, "redis-password-file", "", "file whose first line is the Redis password, replacing the URL's (for Sentinel, the master's); default: the --redis URL's, else $REDIS_AUTH, else $REDIS_URL's")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "tollgate:", "prefix of every Redis key")
 	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
 	fs.DurationVar(&f.timeout, "timeout", server.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
@@ -107,7 +110,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 
 // setup builds the logger, the store and the server from the flags, loads
 // the rules, and returns a cleanup function.
-func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func(), error) {
+func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.Logger, func(), error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return nil, nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
@@ -122,13 +125,6 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 		return nil, nil, nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}
 	log := slog.New(h)
-	if os.Getenv("GOGC") == "" {
-		// The service's heap is a few megabytes of short-lived request
-		// garbage: collecting a quarter as often costs about 10 MB and
-		// saves about a quarter of its CPU per decision (measured with
-		// bench/serveload). GOGC in the environment overrides this.
-		debug.SetGCPercent(400)
-	}
 	if f.config == "" {
 		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
 	}
@@ -152,15 +148,26 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	target, err := resolveRedis(f.redis, f.redisPwFile, getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tuneGC(getenv, target.url == "", log)
 
 	var store tollgate.Store
 	var ping func(context.Context) error
 	cleanup := func() {}
 	storeName := "memory"
-	if f.redis == "" {
+	if target.url == "" {
 		store = memorystore.New()
 	} else {
-		client, err := server.NewRedisClient(f.redis)
+		// go-redis logs through the service's logger, sampled and
+		// redacted, from its first connection on.
+		redis.SetLogger(newRedisLogger(log, target.redact))
+		if target.fromArgv {
+			log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
+		}
+		client, err := server.NewRedisClient(target.url, target.options()...)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -176,12 +183,12 @@ func (f *serveFlags) setup(stderr io.Writer) (*server.Server, *slog.Logger, func
 		// decisions load them.
 		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := rs.Load(lctx); err != nil {
-			log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", err.Error())
+			log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", target.redact.Redact(err.Error()))
 		}
 		cancel()
 	}
 	timeout := f.timeout
-	if f.redis == "" {
+	if target.url == "" {
 		// The memory store never waits on I/O (a decision takes a
 		// microsecond), so a deadline would only cost a timer per request.
 		timeout = 0
@@ -237,6 +244,10 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
 	debugAddr := fs.String("debug", "", "address for /debug/pprof (off by default; keep it on loopback)")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep serving with /readyz failing before closing the listeners (for load balancers to notice)")
+	var conns connFlags
+	conns.registerHTTP(fs, 30*time.Second)
+	conns.registerGRPC(fs)
+	conns.registerDebug(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
 		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
@@ -252,6 +263,10 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if err := conns.check(true, *debugAddr != ""); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 2
+	}
 	host := "127.0.0.1"
 	if *listenAll {
 		host = ""
@@ -262,7 +277,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if *grpcAddr == "" {
 		*grpcAddr = net.JoinHostPort(host, "8081")
 	}
-	srv, log, cleanup, err := f.setup(stderr)
+	srv, log, cleanup, err := f.setup(getenv, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		if strings.HasPrefix(err.Error(), "--") {
@@ -298,9 +313,9 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	mux.Handle("/auth", auth)
 	// Stream workers reuse goroutines whose stacks have grown, instead of
 	// growing a fresh one for every request.
-	g := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	g := grpc.NewServer(append(conns.grpcOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := conns.httpServer(mux, log)
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
@@ -319,7 +334,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		dmux.HandleFunc("/debug/pprof/", pprof.Index)
 		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		ds := &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}
+		ds := conns.debugServer(dmux, log)
 		go ds.Serve(dl)
 		defer ds.Close()
 		log.Info("debug listening", "addr", dl.Addr().String())

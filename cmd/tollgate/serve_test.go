@@ -129,18 +129,45 @@ func (l *logBuffer) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Durati
 	}
 }
 
-var listening = regexp.MustCompile(`msg=listening http=(\S+) (grpc|proxy)=(\S+)`)
+// listening matches the line that says where tollgate listens, in the text
+// and the JSON log formats.
+var listening = regexp.MustCompile(`msg=listening http=(\S+) (grpc|proxy)=(\S+)|"msg":"listening","http":"([^"]+)","(grpc|proxy)":"([^"]+)"`)
 
 // startTollgate runs tollgate with args (after the subcommand) on free
 // loopback ports and waits until it listens.
 func startTollgate(t *testing.T, sub string, args ...string) *proc {
+	t.Helper()
+	return startTollgateWith(t, launch{}, sub, args...)
+}
+
+// launch is how a test starts tollgate, beyond its arguments.
+type launch struct {
+	// env is added to the test's environment, from which the variables
+	// tollgate reads (REDIS_URL, REDIS_AUTH) are first removed.
+	env []string
+	// nofile, when positive, is the process's limit of open files.
+	nofile int
+}
+
+func startTollgateWith(t *testing.T, l launch, sub string, args ...string) *proc {
 	t.Helper()
 	bin := tollgateBinary(t)
 	full := append([]string{sub, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...)
 	if sub == "proxy" {
 		full = append(full, "--listen", "127.0.0.1:0")
 	}
-	p := &proc{t: t, cmd: exec.Command(bin, full...), log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
+	cmd := exec.Command(bin, full...)
+	if l.nofile > 0 {
+		// The shell sets the limit, soft and hard, then becomes tollgate.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, l.nofile), bin}, full...)...)
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDIS_URL=") && !strings.HasPrefix(kv, "REDIS_AUTH=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, l.env...)
+	p := &proc{t: t, cmd: cmd, log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
 	if err := p.cmd.Start(); err != nil {
@@ -154,6 +181,9 @@ func startTollgate(t *testing.T, sub string, args ...string) *proc {
 		}
 	})
 	m := p.log.waitFor(t, listening, 20*time.Second)
+	if m[1] == "" {
+		m = m[3:] // the JSON form's groups
+	}
 	p.http = "http://" + m[1]
 	if m[2] == "proxy" {
 		p.proxy = "http://" + m[3]

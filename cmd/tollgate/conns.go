@@ -1,0 +1,131 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// connFlags bound what one client can hold on the service's listeners: how
+// long it may take to send a request, to read an answer, and to sit idle,
+// how big its headers may be, and how many streams it may open on one gRPC
+// connection. Without them, a few hundred idle or deliberately slow
+// connections exhaust the process's file descriptors and the health check
+// goes unanswered.
+type connFlags struct {
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	maxHeaderBytes    int
+	debugWriteTimeout time.Duration
+
+	grpcMaxConnIdle    time.Duration
+	grpcKeepalive      time.Duration
+	grpcKeepaliveWait  time.Duration
+	grpcMinPing        time.Duration
+	grpcMaxStreams     uint
+	grpcHandshakeLimit time.Duration
+}
+
+// registerHTTP registers the HTTP server's bounds. writeDefault is the
+// default of --write-timeout: the longest answer a listener legitimately
+// gives (the decision service's are milliseconds; a proxy's are the
+// upstream's).
+func (c *connFlags) registerHTTP(fs *flag.FlagSet, writeDefault time.Duration) {
+	fs.DurationVar(&c.readTimeout, "read-timeout", 10*time.Second, "HTTP: longest time a client may take to send a whole request, headers and body; a slower one is disconnected")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", writeDefault, "HTTP: longest time from the end of a request's headers to the end of its answer; keep it above the slowest legitimate answer")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "HTTP: how long a keep-alive connection may wait for its next request before it is closed")
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", 64<<10, "HTTP: largest request line and headers a client may send, in bytes")
+}
+
+// registerDebug registers the debug listener's write bound, which must let
+// a CPU profile or a trace of the length asked for finish.
+func (c *connFlags) registerDebug(fs *flag.FlagSet) {
+	fs.DurationVar(&c.debugWriteTimeout, "debug-write-timeout", 2*time.Minute, "debug listener: longest answer, and so the longest CPU profile or trace (/debug/pprof/profile?seconds=N needs N below it)")
+}
+
+// registerGRPC registers the gRPC server's bounds.
+func (c *connFlags) registerGRPC(fs *flag.FlagSet) {
+	fs.DurationVar(&c.grpcMaxConnIdle, "grpc-max-connection-idle", 5*time.Minute, "gRPC: close a connection (GOAWAY) that has had no call for this long; clients reconnect when they next need one")
+	fs.DurationVar(&c.grpcKeepalive, "grpc-keepalive-time", time.Minute, "gRPC: ping a connection that has been quiet for this long, to find dead peers")
+	fs.DurationVar(&c.grpcKeepaliveWait, "grpc-keepalive-timeout", 20*time.Second, "gRPC: close a connection whose ping is not answered within this")
+	fs.DurationVar(&c.grpcMinPing, "grpc-min-ping-interval", 10*time.Second, "gRPC: close a connection whose client pings more often than this")
+	fs.UintVar(&c.grpcMaxStreams, "grpc-max-concurrent-streams", 1024, "gRPC: most calls in flight on one connection; a client wanting more waits or opens another connection")
+	fs.DurationVar(&c.grpcHandshakeLimit, "grpc-handshake-timeout", 10*time.Second, "gRPC: longest time a new connection may take to send its HTTP/2 preface and settings")
+}
+
+// check rejects bounds that would switch a protection off by accident.
+func (c *connFlags) check(grpcToo, debug bool) error {
+	type bound struct {
+		name string
+		d    time.Duration
+	}
+	bs := []bound{{"--read-timeout", c.readTimeout}, {"--write-timeout", c.writeTimeout}, {"--idle-timeout", c.idleTimeout}}
+	if debug {
+		bs = append(bs, bound{"--debug-write-timeout", c.debugWriteTimeout})
+	}
+	if grpcToo {
+		bs = append(bs, bound{"--grpc-max-connection-idle", c.grpcMaxConnIdle}, bound{"--grpc-keepalive-time", c.grpcKeepalive},
+			bound{"--grpc-keepalive-timeout", c.grpcKeepaliveWait}, bound{"--grpc-min-ping-interval", c.grpcMinPing},
+			bound{"--grpc-handshake-timeout", c.grpcHandshakeLimit})
+	}
+	for _, b := range bs {
+		if b.d <= 0 {
+			return fmt.Errorf("%s %v: want a positive duration", b.name, b.d)
+		}
+	}
+	if c.maxHeaderBytes < 4<<10 {
+		return fmt.Errorf("--max-header-bytes %d: want at least 4096", c.maxHeaderBytes)
+	}
+	if grpcToo && (c.grpcMaxStreams == 0 || c.grpcMaxStreams > 1<<31-1) {
+		return fmt.Errorf("--grpc-max-concurrent-streams %d: want 1 to %d", c.grpcMaxStreams, 1<<31-1)
+	}
+	return nil
+}
+
+// httpServer returns an HTTP server for h with the bounds applied. Its own
+// complaints (accept errors, TLS handshakes, panics) go to log, in the
+// service's log format.
+func (c *connFlags) httpServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: min(c.readTimeout, 10*time.Second),
+		ReadTimeout:       c.readTimeout,
+		WriteTimeout:      c.writeTimeout,
+		IdleTimeout:       c.idleTimeout,
+		MaxHeaderBytes:    c.maxHeaderBytes,
+	}
+}
+
+// debugServer returns the debug listener's server: the same bounds but a
+// write timeout long enough for profiles.
+func (c *connFlags) debugServer(h http.Handler, log *slog.Logger) *http.Server {
+	s := c.httpServer(h, log)
+	s.WriteTimeout = c.debugWriteTimeout
+	return s
+}
+
+// grpcOptions returns the gRPC server options that apply the bounds.
+func (c *connFlags) grpcOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: c.grpcMaxConnIdle,
+			Time:              c.grpcKeepalive,
+			Timeout:           c.grpcKeepaliveWait,
+		}),
+		// Envoy and grpc-go clients that ping no more often than this,
+		// with or without calls in flight, keep their connections.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             c.grpcMinPing,
+			PermitWithoutStream: true,
+		}),
+		grpc.MaxConcurrentStreams(uint32(c.grpcMaxStreams)),
+		grpc.ConnectionTimeout(c.grpcHandshakeLimit),
+	}
+}
