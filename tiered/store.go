@@ -193,13 +193,15 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	k := keyOf(key, limit)
 	now := s.now()
 	if n > 0 {
-		if res, ok := s.cachedDenial(k, &p, limit, n, now); ok {
-			return res, nil
-		}
+		// The lease first: its tokens are already paid for in the global
+		// store, so a denial remembered from there does not apply to them.
 		if s.leases != nil && leasable(limit) {
 			if res, ok := s.spendLease(k, limit, n, now); ok {
 				return res, nil
 			}
+		}
+		if res, ok := s.cachedDenial(k, &p, limit, n, now); ok {
+			return res, nil
 		}
 	}
 	ok, probe := s.breaker.allow(now)
