@@ -35,6 +35,13 @@ func leasable(limit tollgate.Limit) bool {
 	return false
 }
 
+// leaseCost is how many tokens a request of cost n takes from the global
+// store when it takes a lease: K, or n when n is larger, and never more
+// than the limit can admit at once.
+func (s *Store) leaseCost(limit tollgate.Limit, n int) int {
+	return max(n, min(s.leaseSize, limit.Capacity()))
+}
+
 // spendLease admits a request from the key's lease, if it holds enough.
 func (s *Store) spendLease(k skey, limit tollgate.Limit, n int, now time.Time) (tollgate.Result, bool) {
 	var res tollgate.Result
@@ -87,7 +94,12 @@ func (s *Store) leaseTaken(ctx context.Context, k skey, p *tollgate.Params, key 
 		}
 		s.leases.update(k, sent, func(old lease, found bool) (lease, bool) {
 			if found && old.limit == limit && sent.Before(old.expires) {
-				l.left += old.left // tokens taken concurrently are kept, not lost
+				// Another request of this instance took a lease meanwhile.
+				// Together they may keep one lease's worth, never more:
+				// what an instance holds is what it can admit beyond the
+				// limit at one instant, and the bound counts K per
+				// instance. The rest is lost.
+				l.left = min(l.left+old.left, s.leaseCost(limit, 1))
 			}
 			return l, true
 		})

@@ -210,7 +210,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}
 	cost := n
 	if s.leases != nil && leasable(limit) && n > 0 {
-		cost = max(n, min(s.leaseSize, limit.Capacity()))
+		cost = s.leaseCost(limit, n)
 	}
 	res, err := s.callGlobal(ctx, key, limit, cost, now, probe)
 	if err != nil {
