@@ -159,7 +159,7 @@ func WithStateChange(f func(from, to State)) Option { return func(s *Store) { s.
 func New(global tollgate.Store, opts ...Option) *Store {
 	s := &Store{
 		global:    global,
-		now:       time.Now,
+		now:       systemClock,
 		timeout:   100 * time.Millisecond,
 		log:       slog.Default(),
 		degraded:  true,
@@ -228,6 +228,10 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	s.remember(k, &p, limit, n, res, now)
 	return res, nil
 }
+
+// systemClock reads the system's clock (a variable so that tests can step
+// it, as NTP or an operator might).
+var systemClock = time.Now
 
 var (
 	errBreakerOpen = errors.New("tiered: global store failing, breaker open")
