@@ -94,8 +94,10 @@ var _ tollgate.Store = (*Store)(nil)
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the store read the time from now instead of time.Now (for
-// tests; give the global store the same clock).
+// WithClock makes the store read the time from now (for tests; give the
+// global store the same clock). Without it the store reads the monotonic
+// clock, anchored to the system clock when New ran, so that a step of the
+// system clock changes no decision, local or degraded.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // WithTimeout bounds every call to the global store by d, on top of the
@@ -159,7 +161,7 @@ func WithStateChange(f func(from, to State)) Option { return func(s *Store) { s.
 func New(global tollgate.Store, opts ...Option) *Store {
 	s := &Store{
 		global:    global,
-		now:       systemClock,
+		now:       monotonicClock(),
 		timeout:   100 * time.Millisecond,
 		log:       slog.Default(),
 		degraded:  true,
@@ -232,6 +234,16 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 // systemClock reads the system's clock (a variable so that tests can step
 // it, as NTP or an operator might).
 var systemClock = time.Now
+
+// monotonicClock returns the store's default clock, as memorystore's: the
+// monotonic clock, anchored to the system clock once. The local tables
+// compare times (which Go does on the monotonic reading anyway), but the
+// degraded-mode memorystore counts in µs since the Unix epoch, where a step
+// of the wall clock would refill every bucket at once or hold it empty.
+func monotonicClock() func() time.Time {
+	start := systemClock()
+	return func() time.Time { return start.Add(time.Since(start)) }
+}
 
 var (
 	errBreakerOpen = errors.New("tiered: global store failing, breaker open")
