@@ -3,6 +3,7 @@ package tollgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -294,5 +295,33 @@ func TestWaitShapingUnderOverloadRealTime(t *testing.T) {
 	// callers, but never so few that none is served.
 	if got, least := late.Load(), int64(10); got < least {
 		t.Errorf("%d callers served in the second half, want at least %d", got, least)
+	}
+}
+
+// TestWaitShapingCostAndDeadline: a cost that only the limit's full
+// MaxDelay could admit is a wait past the deadline; a cost that no delay
+// admits stays ErrCostExceedsBurst.
+func TestWaitShapingCostAndDeadline(t *testing.T) {
+	t.Parallel()
+	// Capacity 1 + 10 × 1 s = 11; with 100 ms left, 1 + 0.
+	limit := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	for _, tc := range []struct {
+		n    int
+		want error
+	}{
+		{1, nil},
+		{5, tollgate.ErrWaitExceedsDeadline},
+		{11, tollgate.ErrWaitExceedsDeadline},
+		{12, tollgate.ErrCostExceedsBurst},
+	} {
+		t.Run(fmt.Sprint(tc.n), func(t *testing.T) {
+			t.Parallel()
+			lim := tollgate.New(memorystore.New())
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if err := lim.WaitN(ctx, "k", limit, tc.n); !errors.Is(err, tc.want) {
+				t.Errorf("WaitN(%d): err = %v, want %v", tc.n, err, tc.want)
+			}
+		})
 	}
 }
