@@ -18,12 +18,20 @@
 //   - Token leases (WithLeases, off by default). A request takes K tokens
 //     from the global store in one call and spends them locally, one call
 //     per K decisions, for TokenBucket, GCRA, a policing LeakyBucket and
-//     FixedWindow. The price is precision: every instance may hold up to K
-//     tokens that the global store counted as spent when they were taken,
-//     so at any moment up to K × instances more requests may pass than the
-//     limit alone admits, and a lease's unspent tokens are lost when it
-//     expires. Use it for high-rate limits where that is small (K = 10 on a
-//     limit of 10,000 per second), never for login or payment limits.
+//     FixedWindow. The local tier is consulted first (a lease's tokens are
+//     already paid for), then the denial cache. The price is precision: an
+//     instance holds, per key, at most K tokens that the global store
+//     counted as spent when they were taken (requests of one instance that
+//     take leases at the same time share those K; what they took beyond is
+//     lost). So between any two moments, the instances together admit at
+//     most what the limit alone admits between them plus K per instance:
+//     Burst + Rate × elapsed + instances × K for the buckets (at one
+//     instant, Burst + instances × K). A FixedWindow lease ends with its
+//     window, so no window admits more than Rate: there, leases only save
+//     calls. A lease's unspent tokens are lost when it expires, which only
+//     admits less. Use leases for high-rate limits where K × instances is
+//     small next to the limit (K = 10 on a limit of 10,000 per second),
+//     never for login or payment limits.
 //   - Degraded mode. When the global store fails or times out (WithTimeout
 //     bounds each call), the request is decided by a local memorystore at
 //     the limit divided by the number of instances (WithInstances), instead
@@ -37,14 +45,20 @@
 // Exactness of a local denial: it is never one the global store would not
 // give at that moment, because elapsed time is counted from when the global
 // call was sent (before the global store decided) and other instances can
-// only have spent more since. For GCRA, FixedWindow, and TokenBucket and
-// LeakyBucket limits whose rate divides their period in microseconds (every
-// "N per second" with N dividing 10^6, and so on), the local Result equals
-// what the global store would answer if nothing else had touched the key; for
-// other bucket limits it may show one token less for one microsecond around
-// a token's arrival. For the sliding windows the Result does not say when
-// room frees up for larger costs, so only cost-1 denials are answered
-// locally (Remaining 0, exact durations); the rest go to the global store.
+// only have spent more since. The local Result equals what the global store
+// would answer if nothing else had touched the key: for GCRA and FixedWindow
+// the remembered Result gives the whole state; for TokenBucket and
+// LeakyBucket it gives the level to within one microsecond of drain (a
+// single value when the rate divides the period in microseconds: every "N
+// per second" with N dividing 10^6, and so on), and a request is answered
+// locally only when every level in that range gives the same denial. For
+// the sliding windows the Result does not say when room frees up for larger
+// costs, so only cost-1 denials are answered locally (Remaining 0, exact
+// durations); the rest go to the global store. After the global store's
+// clock went backwards (its state is then ahead of its clock, and every
+// duration it reports carries the difference), a local decision is still
+// the global store's, and so are its durations, but its Remaining may be
+// lower until that clock catches up.
 //
 // Reset through this store clears the local tier for the key; a Reset made
 // elsewhere (another instance, redis-cli) is not seen until the key's local
@@ -134,7 +148,9 @@ func WithBreaker(failures int, coolDown time.Duration) Option {
 
 // WithLeases enables token leases of k tokens (see the package doc), each
 // valid for ttl (default 1s; a FixedWindow lease also ends with its window).
-// k < 2 leaves leases off.
+// k < 2 leaves leases off. Each instance may then admit, per key, up to k
+// more (in cost) than the limit alone admits; k above a limit's Capacity
+// counts as its Capacity.
 func WithLeases(k int, ttl time.Duration) Option {
 	return func(s *Store) {
 		s.leaseSize = k
