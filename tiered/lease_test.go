@@ -74,11 +74,13 @@ func admitAll(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) 
 	return 0
 }
 
-// TestConcurrentLeaseTakes: concurrent requests of one instance that each
-// take a lease must not leave it holding more than one lease's worth, or the
-// documented bound (burst + instances × K at any instant) breaks. Eight cold
-// requests take leases of 10 together; at the next instant the bucket is
-// full again and the instance may admit its burst plus at most K.
+// TestConcurrentLeaseTakes: concurrent requests of one instance must not
+// leave it holding more than one lease's worth, or the documented bound
+// (burst + instances × K at any instant) breaks; nor take tokens from the
+// global store that nobody will spend. Eight cold requests arrive together
+// with leases of 10: one takes a lease, the others their own cost; at the
+// next instant the bucket is full again and the instance may admit its
+// burst plus at most K.
 func TestConcurrentLeaseTakes(t *testing.T) {
 	t.Parallel()
 	const rate, k, concurrent = 100, 10, 8
@@ -101,6 +103,15 @@ func TestConcurrentLeaseTakes(t *testing.T) {
 			wg.Wait()
 			if got, want := global.calls.Load(), int64(concurrent); got != want {
 				t.Fatalf("%d global calls for %d concurrent cold requests, want %d", got, concurrent, want)
+			}
+			// One of them takes a lease, the others only their own cost:
+			// nothing is taken that nobody can spend.
+			res, err := global.Store.AllowN(context.Background(), key, limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := res.Remaining, rate-k-(concurrent-1); got != want {
+				t.Errorf("global store's Remaining after the cold requests: %d, want %d", got, want)
 			}
 			clock.Set(999 * time.Millisecond) // the bucket is full again; the leases still hold
 			if got, most := admitAll(t, s, key, limit), rate+k; got > most {
