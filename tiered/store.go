@@ -92,6 +92,7 @@ type Store struct {
 	leaseSize int
 	leaseTTL  time.Duration
 	leases    *table[lease]
+	tickets   atomic.Uint64 // numbers lease takes (see claimTake)
 
 	degraded  bool
 	instances int
@@ -228,7 +229,12 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}
 	cost := n
 	if s.leases != nil && leasable(limit) && n > 0 {
-		cost = s.leaseCost(limit, n)
+		// One take at a time per key: while it is in flight, the others
+		// ask for their own cost.
+		if ticket := s.claimTake(k, limit, now); ticket != 0 {
+			defer s.releaseTake(k, ticket, now)
+			cost = s.leaseCost(limit, n)
+		}
 	}
 	res, err := s.callGlobal(ctx, key, limit, cost, now, probe)
 	if err != nil {
