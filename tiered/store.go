@@ -18,20 +18,22 @@
 //   - Token leases (WithLeases, off by default). A request takes K tokens
 //     from the global store in one call and spends them locally, one call
 //     per K decisions, for TokenBucket, GCRA, a policing LeakyBucket and
-//     FixedWindow. The local tier is consulted first (a lease's tokens are
-//     already paid for), then the denial cache. The price is precision: an
-//     instance holds, per key, at most K tokens that the global store
-//     counted as spent when they were taken (requests of one instance that
-//     take leases at the same time share those K; what they took beyond is
-//     lost). So between any two moments, the instances together admit at
-//     most what the limit alone admits between them plus K per instance:
-//     Burst + Rate × elapsed + instances × K for the buckets (at one
-//     instant, Burst + instances × K). A FixedWindow lease ends with its
-//     window, so no window admits more than Rate: there, leases only save
-//     calls. A lease's unspent tokens are lost when it expires, which only
-//     admits less. Use leases for high-rate limits where K × instances is
-//     small next to the limit (K = 10 on a limit of 10,000 per second),
-//     never for login or payment limits.
+//     FixedWindow. The lease is consulted first (its tokens are already
+//     paid for), then the denial cache. One request at a time takes a
+//     key's lease in an instance; the others that find it empty meanwhile
+//     ask the global store for their own cost only. The price is
+//     precision: an instance holds, per key, at most K tokens that the
+//     global store counted as spent when they were taken. So between any
+//     two moments, the instances together admit at most what the limit
+//     alone admits between them plus K per instance: Burst + Rate ×
+//     elapsed + instances × K for the buckets (at one instant, Burst +
+//     instances × K), while the global store answers (degraded mode has
+//     its own limit). A FixedWindow lease ends with its window, so no
+//     window admits more than Rate: there, leases only save calls. A
+//     lease's unspent tokens are lost when it expires, which only admits
+//     less. Use leases for high-rate limits where K × instances is small
+//     next to the limit (K = 10 on a limit of 10,000 per second), never
+//     for login or payment limits.
 //   - Degraded mode. When the global store fails or times out (WithTimeout
 //     bounds each call), the request is decided by a local memorystore at
 //     the limit divided by the number of instances (WithInstances), instead
