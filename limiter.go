@@ -2,6 +2,7 @@ package tollgate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -79,7 +80,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 
 // WaitN blocks until key may spend n under limit, spends it, and returns
 // nil; or returns an error when the context ends first. When the context's
-// deadline comes before the time the store says to retry, it returns
+// deadline comes before the request could go, it returns
 // ErrWaitExceedsDeadline at once instead of sleeping in vain.
 //
 // This is how a service stays under an outside provider's quota from many
@@ -89,26 +90,49 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // (one store call each); with a shaping LeakyBucket (MaxDelay > 0) every
 // call reserves its own slot in one store call and waits for it, which is
 // fairer and cheaper under contention.
+//
+// A shaping call never reserves a slot it will not use: when the context
+// has a deadline, the call asks the store for a slot no later than the
+// deadline (MaxDelay becomes the smaller of limit.MaxDelay and the time
+// left, in whole microseconds), so a caller that cannot be served in time
+// is denied and leaves the queue to those who can. A cost that only the
+// full MaxDelay could admit then fails with ErrWaitExceedsDeadline, not
+// ErrCostExceedsBurst. The one slot that can still be lost is one whose
+// store call itself lasted past the margin between the slot and the
+// deadline.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
 	if n < 1 {
 		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidCost, n)
 	}
+	deadline, hasDeadline := ctx.Deadline()
 	for {
-		res, err := l.decide(ctx, key, limit, n)
+		call := limit
+		if hasDeadline && limit.MaxDelay > 0 {
+			call.MaxDelay = min(limit.MaxDelay, max(time.Until(deadline).Truncate(time.Microsecond), 0))
+		}
+		res, err := l.decide(ctx, key, call, n)
 		if err != nil {
+			if call.MaxDelay < limit.MaxDelay && errors.Is(err, ErrCostExceedsBurst) && n <= limit.Capacity() {
+				return fmt.Errorf("%w: a cost of %d needs a longer delay than the %v left", ErrWaitExceedsDeadline, n, call.MaxDelay)
+			}
 			return err
 		}
+		// wait is how long to sleep; goes, how long until the request
+		// could go: for a shaper's denial, the retry and then a delay of
+		// up to MaxDelay.
 		wait := res.RetryAfter
+		goes := wait + call.MaxDelay
 		if res.Allowed {
-			wait = res.Delay
+			wait, goes = res.Delay, res.Delay
 		}
 		if wait <= 0 {
 			return nil
 		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		if hasDeadline && time.Until(deadline) < goes {
 			if res.Allowed {
-				// The slot is already spent; say how late it is.
-				return fmt.Errorf("%w: admitted with a delay of %v", ErrWaitExceedsDeadline, wait)
+				// The store admitted a slot before the deadline, but its
+				// answer came too late to keep it.
+				return fmt.Errorf("%w: admitted with a delay of %v, and the store's answer came too late for it", ErrWaitExceedsDeadline, wait)
 			}
 			return fmt.Errorf("%w: retry in %v", ErrWaitExceedsDeadline, wait)
 		}

@@ -17,6 +17,11 @@ type lease struct {
 	res     tollgate.Result // the global store's answer to the take
 	at      time.Time
 	expires time.Time
+	// taking is, while a request of this instance is taking a lease for
+	// the key, that request's ticket (never 0); the others then ask the
+	// global store for their own cost only, so that concurrent requests do
+	// not take K each (see claimTake).
+	taking uint64
 }
 
 // leasable reports whether leases make sense for limit: where tokens are
@@ -35,6 +40,46 @@ func leasable(limit tollgate.Limit) bool {
 	return false
 }
 
+// leaseCost is how many tokens a request of cost n takes from the global
+// store when it takes a lease: K, or n when n is larger, and never more
+// than the limit can admit at once.
+func (s *Store) leaseCost(limit tollgate.Limit, n int) int {
+	return max(n, min(s.leaseSize, limit.Capacity()))
+}
+
+// claimTake makes the calling request the one that takes the key's next
+// lease, unless another request of this instance is already taking one. It
+// returns the request's ticket, or 0. Without it, every request that finds
+// the lease empty would take K tokens at once: the instance would hold
+// several leases' worth (beyond the bound) or, kept to one, the rest would
+// be taken from the global store for nothing.
+func (s *Store) claimTake(k skey, limit tollgate.Limit, now time.Time) uint64 {
+	ticket := s.tickets.Add(1)
+	s.leases.update(k, now, func(l lease, found bool) (lease, bool) {
+		fresh := found && l.limit == limit && now.Before(l.expires) && !now.Before(l.at)
+		if fresh && l.taking != 0 {
+			ticket = 0
+			return l, true
+		}
+		if !fresh {
+			l = lease{limit: limit, at: now, expires: now.Add(s.leaseTTL)}
+		}
+		l.taking = ticket
+		return l, true
+	})
+	return ticket
+}
+
+// releaseTake ends the take of ticket, whatever its outcome.
+func (s *Store) releaseTake(k skey, ticket uint64, now time.Time) {
+	s.leases.update(k, now, func(l lease, found bool) (lease, bool) {
+		if found && l.taking == ticket {
+			l.taking = 0
+		}
+		return l, found && (l.left > 0 || l.taking != 0)
+	})
+}
+
 // spendLease admits a request from the key's lease, if it holds enough.
 func (s *Store) spendLease(k skey, limit tollgate.Limit, n int, now time.Time) (tollgate.Result, bool) {
 	var res tollgate.Result
@@ -51,7 +96,7 @@ func (s *Store) spendLease(k skey, limit tollgate.Limit, n int, now time.Time) (
 		}
 		l.left -= n
 		res, ok = l.result(now), true
-		return l, l.left > 0
+		return l, l.left > 0 || l.taking != 0
 	})
 	if ok {
 		s.stats.leaseHits.Add(1)
@@ -86,8 +131,17 @@ func (s *Store) leaseTaken(ctx context.Context, k skey, p *tollgate.Params, key 
 			}
 		}
 		s.leases.update(k, sent, func(old lease, found bool) (lease, bool) {
+			if found {
+				l.taking = old.taking // released by the caller
+			}
 			if found && old.limit == limit && sent.Before(old.expires) {
-				l.left += old.left // tokens taken concurrently are kept, not lost
+				// What the previous lease still holds is kept, up to one
+				// lease's worth: what an instance holds is what it can
+				// admit beyond the limit, and the bound counts K per
+				// instance. (Only one take is in flight at a time, so this
+				// is at most K − 1 unless the entry was evicted meanwhile;
+				// the rest is then lost.)
+				l.left = min(l.left+old.left, s.leaseCost(limit, 1))
 			}
 			return l, true
 		})

@@ -82,7 +82,7 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 	res := tollgate.Result{Limit: e.limit}
 	switch p.Algorithm {
 	case tollgate.TokenBucket, tollgate.LeakyBucket:
-		lo, hi, ok := e.levels(p)
+		lo, hi, floor, ok := e.levels(p)
 		if !ok {
 			return res, false
 		}
@@ -93,6 +93,12 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 		a, okA := bucketDenial(p, lo+1-drained, m)
 		b, okB := bucketDenial(p, hi-drained, m)
 		if !okA || !okB || a != b {
+			return res, false
+		}
+		// And the request must be denied even if the store lags (see
+		// levels): then its durations are a's, but it admits by the level
+		// alone.
+		if _, ok := bucketDenial(p, min(floor+1, lo+1-drained), m); !ok {
 			return res, false
 		}
 		a.Limit = e.limit
@@ -127,29 +133,46 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 // deficit of a token bucket, the content of a leaky bucket) that agree with
 // every field of the remembered Result, as the scripts compute them:
 //
-//	ResetAfter = ⌈level / rate⌉
-//	RetryAfter = ⌈(level + n·unit − capacity − queue) / rate⌉   (a denial)
+//	ResetAfter = lag + ⌈level / rate⌉
+//	RetryAfter = lag + ⌈(level + n·unit − capacity − queue) / rate⌉   (a denial)
+//	Delay      = lag + ⌈(level − capacity) / rate⌉                    (a delayed admission)
 //	Remaining  = ⌊max(capacity − level, 0) / unit⌋
 //
-// ok is false when they do not agree (a clock that went backwards adds a
-// lag to the durations that the Remaining does not show): nothing is then
-// answered locally.
-func (e *seen) levels(p *tollgate.Params) (lo, hi int64, ok bool) {
+// lag is how far the store's state is ahead of its clock: 0 unless the
+// clock went backwards. The range assumes it is 0; ok is false when the
+// fields contradict that (nothing is then answered locally).
+//
+// A lag the fields cannot show (every duration shifted by the same amount)
+// would make the range too high; floor is what holds whatever the lag: the
+// level is above it, by what Remaining, Allowed and Delay say (they do not
+// depend on the lag). A lagging store does not drain until its clock
+// catches up, so at any later moment the level is at least the smaller of
+// floor+1 and the low end of the range drained since.
+func (e *seen) levels(p *tollgate.Params) (lo, hi, floor int64, ok bool) {
 	capacity := p.Burst * p.Unit
 	queue := p.MaxDelayUS * p.UnitRate
 	s := micros(e.res.ResetAfter)
 	lo, hi = (s-1)*p.UnitRate, s*p.UnitRate
-	if !e.res.Allowed {
-		c := capacity + queue - int64(e.n)*p.Unit
-		r := micros(e.res.RetryAfter)
-		lo, hi = max(lo, (r-1)*p.UnitRate+c), min(hi, r*p.UnitRate+c)
-	}
 	r := int64(e.res.Remaining)
-	lo = max(lo, capacity-(r+1)*p.Unit)
+	floor = capacity - (r+1)*p.Unit
 	if r > 0 {
 		hi = min(hi, capacity-r*p.Unit)
 	}
-	return lo, hi, lo < hi
+	switch {
+	case !e.res.Allowed:
+		c := capacity + queue - int64(e.n)*p.Unit
+		floor = max(floor, c)
+		d := micros(e.res.RetryAfter)
+		lo, hi = max(lo, (d-1)*p.UnitRate+c), min(hi, d*p.UnitRate+c)
+	case e.res.Delay > 0:
+		floor = max(floor, capacity)
+		d := micros(e.res.Delay)
+		lo, hi = max(lo, (d-1)*p.UnitRate+capacity), min(hi, d*p.UnitRate+capacity)
+	default:
+		hi = min(hi, capacity)
+	}
+	lo = max(lo, floor)
+	return lo, hi, floor, lo < hi
 }
 
 // bucketDenial is the Result of a request of cost m on a bucket at level,

@@ -18,12 +18,22 @@
 //   - Token leases (WithLeases, off by default). A request takes K tokens
 //     from the global store in one call and spends them locally, one call
 //     per K decisions, for TokenBucket, GCRA, a policing LeakyBucket and
-//     FixedWindow. The price is precision: every instance may hold up to K
-//     tokens that the global store counted as spent when they were taken,
-//     so at any moment up to K × instances more requests may pass than the
-//     limit alone admits, and a lease's unspent tokens are lost when it
-//     expires. Use it for high-rate limits where that is small (K = 10 on a
-//     limit of 10,000 per second), never for login or payment limits.
+//     FixedWindow. The lease is consulted first (its tokens are already
+//     paid for), then the denial cache. One request at a time takes a
+//     key's lease in an instance; the others that find it empty meanwhile
+//     ask the global store for their own cost only. The price is
+//     precision: an instance holds, per key, at most K tokens that the
+//     global store counted as spent when they were taken. So between any
+//     two moments, the instances together admit at most what the limit
+//     alone admits between them plus K per instance: Burst + Rate ×
+//     elapsed + instances × K for the buckets (at one instant, Burst +
+//     instances × K), while the global store answers (degraded mode has
+//     its own limit). A FixedWindow lease ends with its window, so no
+//     window admits more than Rate: there, leases only save calls. A
+//     lease's unspent tokens are lost when it expires, which only admits
+//     less. Use leases for high-rate limits where K × instances is small
+//     next to the limit (K = 10 on a limit of 10,000 per second), never
+//     for login or payment limits.
 //   - Degraded mode. When the global store fails or times out (WithTimeout
 //     bounds each call), the request is decided by a local memorystore at
 //     the limit divided by the number of instances (WithInstances), instead
@@ -37,14 +47,20 @@
 // Exactness of a local denial: it is never one the global store would not
 // give at that moment, because elapsed time is counted from when the global
 // call was sent (before the global store decided) and other instances can
-// only have spent more since. For GCRA, FixedWindow, and TokenBucket and
-// LeakyBucket limits whose rate divides their period in microseconds (every
-// "N per second" with N dividing 10^6, and so on), the local Result equals
-// what the global store would answer if nothing else had touched the key; for
-// other bucket limits it may show one token less for one microsecond around
-// a token's arrival. For the sliding windows the Result does not say when
-// room frees up for larger costs, so only cost-1 denials are answered
-// locally (Remaining 0, exact durations); the rest go to the global store.
+// only have spent more since. The local Result equals what the global store
+// would answer if nothing else had touched the key: for GCRA and FixedWindow
+// the remembered Result gives the whole state; for TokenBucket and
+// LeakyBucket it gives the level to within one microsecond of drain (a
+// single value when the rate divides the period in microseconds: every "N
+// per second" with N dividing 10^6, and so on), and a request is answered
+// locally only when every level in that range gives the same denial. For
+// the sliding windows the Result does not say when room frees up for larger
+// costs, so only cost-1 denials are answered locally (Remaining 0, exact
+// durations); the rest go to the global store. After the global store's
+// clock went backwards (its state is then ahead of its clock, and every
+// duration it reports carries the difference), a local decision is still
+// the global store's, and so are its durations, but its Remaining may be
+// lower until that clock catches up.
 //
 // Reset through this store clears the local tier for the key; a Reset made
 // elsewhere (another instance, redis-cli) is not seen until the key's local
@@ -78,6 +94,7 @@ type Store struct {
 	leaseSize int
 	leaseTTL  time.Duration
 	leases    *table[lease]
+	tickets   atomic.Uint64 // numbers lease takes (see claimTake)
 
 	degraded  bool
 	instances int
@@ -94,8 +111,10 @@ var _ tollgate.Store = (*Store)(nil)
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the store read the time from now instead of time.Now (for
-// tests; give the global store the same clock).
+// WithClock makes the store read the time from now (for tests; give the
+// global store the same clock). Without it the store reads the monotonic
+// clock, anchored to the system clock when New ran, so that a step of the
+// system clock changes no decision, local or degraded.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // WithTimeout bounds every call to the global store by d, on top of the
@@ -132,7 +151,9 @@ func WithBreaker(failures int, coolDown time.Duration) Option {
 
 // WithLeases enables token leases of k tokens (see the package doc), each
 // valid for ttl (default 1s; a FixedWindow lease also ends with its window).
-// k < 2 leaves leases off.
+// k < 2 leaves leases off. Each instance may then admit, per key, up to k
+// more (in cost) than the limit alone admits; k above a limit's Capacity
+// counts as its Capacity.
 func WithLeases(k int, ttl time.Duration) Option {
 	return func(s *Store) {
 		s.leaseSize = k
@@ -159,7 +180,7 @@ func WithStateChange(f func(from, to State)) Option { return func(s *Store) { s.
 func New(global tollgate.Store, opts ...Option) *Store {
 	s := &Store{
 		global:    global,
-		now:       time.Now,
+		now:       monotonicClock(),
 		timeout:   100 * time.Millisecond,
 		log:       slog.Default(),
 		degraded:  true,
@@ -193,13 +214,15 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	k := keyOf(key, limit)
 	now := s.now()
 	if n > 0 {
-		if res, ok := s.cachedDenial(k, &p, limit, n, now); ok {
-			return res, nil
-		}
+		// The lease first: its tokens are already paid for in the global
+		// store, so a denial remembered from there does not apply to them.
 		if s.leases != nil && leasable(limit) {
 			if res, ok := s.spendLease(k, limit, n, now); ok {
 				return res, nil
 			}
+		}
+		if res, ok := s.cachedDenial(k, &p, limit, n, now); ok {
+			return res, nil
 		}
 	}
 	ok, probe := s.breaker.allow(now)
@@ -208,7 +231,12 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}
 	cost := n
 	if s.leases != nil && leasable(limit) && n > 0 {
-		cost = max(n, min(s.leaseSize, limit.Capacity()))
+		// One take at a time per key: while it is in flight, the others
+		// ask for their own cost.
+		if ticket := s.claimTake(k, limit, now); ticket != 0 {
+			defer s.releaseTake(k, ticket, now)
+			cost = s.leaseCost(limit, n)
+		}
 	}
 	res, err := s.callGlobal(ctx, key, limit, cost, now, probe)
 	if err != nil {
@@ -225,6 +253,20 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}
 	s.remember(k, &p, limit, n, res, now)
 	return res, nil
+}
+
+// systemClock reads the system's clock (a variable so that tests can step
+// it, as NTP or an operator might).
+var systemClock = time.Now
+
+// monotonicClock returns the store's default clock, as memorystore's: the
+// monotonic clock, anchored to the system clock once. The local tables
+// compare times (which Go does on the monotonic reading anyway), but the
+// degraded-mode memorystore counts in µs since the Unix epoch, where a step
+// of the wall clock would refill every bucket at once or hold it empty.
+func monotonicClock() func() time.Time {
+	start := systemClock()
+	return func() time.Time { return start.Add(time.Since(start)) }
 }
 
 var (

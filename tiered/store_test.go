@@ -27,12 +27,18 @@ func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
 func key(t *testing.T) string { return fmt.Sprintf("%s:%d", t.Name(), rand.Int64()) }
 
+// untimed leaves the global store's calls without a timeout of their own, for
+// the tests of answers and counts: on a busy machine a call could outlast
+// the default timeout, be decided in degraded mode and reconnect (more
+// commands). The fault tests cover timeouts.
+var untimed = tiered.WithTimeout(0)
+
 // overRedis is the conformance backend of a tiered store in front of
 // redisstore: every answer, local or global, must be what the table says.
 func overRedis() conformance.Backend {
 	return conformance.Backend{
 		New: func(t *testing.T, now func() time.Time) tollgate.Store {
-			return tiered.New(redisstore.New(server.Client(t), redisstore.WithClock(now)), tiered.WithClock(now))
+			return tiered.New(redisstore.New(server.Client(t), redisstore.WithClock(now)), tiered.WithClock(now), untimed)
 		},
 		TTL: func(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) (time.Duration, bool) {
 			d, err := server.Client(t).PTTL(context.Background(), redisstore.New(nil).Key(key, limit)).Result()
@@ -52,7 +58,7 @@ func overRedis() conformance.Backend {
 func overMemory() conformance.Backend {
 	return conformance.Backend{
 		New: func(t *testing.T, now func() time.Time) tollgate.Store {
-			return tiered.New(memorystore.New(memorystore.WithClock(now)), tiered.WithClock(now))
+			return tiered.New(memorystore.New(memorystore.WithClock(now)), tiered.WithClock(now), untimed)
 		},
 		TTL:      func(*testing.T, tollgate.Store, string, tollgate.Limit) (time.Duration, bool) { return 0, false },
 		TTLSlack: 1000 * time.Hour,
@@ -130,7 +136,7 @@ func TestAbusiveClient(t *testing.T) {
 		t.Run(tc.alg.String(), func(t *testing.T) {
 			t.Parallel()
 			rdb, sent := counted(t, server)
-			s := tiered.New(redisstore.New(rdb))
+			s := tiered.New(redisstore.New(rdb), untimed)
 			limit := tollgate.Limit{Algorithm: tc.alg, Rate: rate, Period: time.Second, Burst: rate}
 			k := key(t)
 			ctx := context.Background()
@@ -180,7 +186,7 @@ func TestLocalDenialFields(t *testing.T) {
 	clock := conformance.NewClock()
 	rdb, sent := counted(t, server)
 	global := redisstore.New(rdb, redisstore.WithClock(clock.Now))
-	s := tiered.New(global, tiered.WithClock(clock.Now))
+	s := tiered.New(global, tiered.WithClock(clock.Now), untimed)
 	ctx := context.Background()
 	for _, limit := range []tollgate.Limit{
 		{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 10},
