@@ -1,8 +1,6 @@
 package memorystore
 
 import (
-	"math"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/exact"
 )
@@ -56,19 +54,13 @@ func decide(s *state, fresh bool, p *tollgate.Params, now, n int64) decision {
 	}
 }
 
-// rescale converts a fixed-point amount stored with a different unit (the
-// limit's rate changed) the way the scripts do: in a double, rounded down.
-func rescale(v, from, to int64) int64 {
-	return int64(math.Floor(float64(v) / float64(from) * float64(to)))
-}
-
 func tokenBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	capacity := p.Burst * p.Unit
 	tokens, ts := capacity, now
 	if !fresh {
 		tokens, ts = s.a, s.b
-		if s.c != p.Unit {
-			tokens = rescale(tokens, s.c, p.Unit)
+		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
+			tokens = exact.MulDiv(tokens, p.Unit, s.c, capacity)
 		}
 		tokens = min(tokens, capacity)
 		if now > ts {
@@ -100,12 +92,11 @@ func tokenBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 
 func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	capacity := p.Burst * p.Unit
-	queue := p.MaxDelayUS * p.UnitRate
 	level, ts := int64(0), now
 	if !fresh {
 		level, ts = s.a, s.b
-		if s.c != p.Unit {
-			level = rescale(level, s.c, p.Unit)
+		if s.c != p.Unit { // the rate changed: convert exactly, rounding up
+			level = exact.MulDivUp(level, p.Unit, s.c, exact.Max-capacity-p.MaxDelayUS*p.UnitRate)
 		}
 		if now > ts {
 			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
@@ -120,13 +111,17 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 	cost := n * p.Unit
 	over := level + cost - capacity
 	switch {
-	case over <= 0:
+	case n == 0 || over <= 0:
 		d.allowed = true
-	case queue > 0 && over <= queue:
-		d.allowed = true
-		d.delay = lag + exact.CeilDiv(over, p.UnitRate)
 	default:
-		d.retry = lag + exact.CeilDiv(over-queue, p.UnitRate)
+		// A shaper's delay is the one checked against MaxDelay, lag included.
+		wait := lag + exact.CeilDiv(over, p.UnitRate)
+		if wait <= p.MaxDelayUS {
+			d.allowed = true
+			d.delay = wait
+		} else {
+			d.retry = wait - p.MaxDelayUS
+		}
 	}
 	if d.allowed && n > 0 {
 		level += cost
@@ -169,7 +164,7 @@ func fixedWindow(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 		window, count = s.a, s.b
 	}
 	end := (window + 1) * p.PeriodUS
-	d.allowed = count+n <= p.Rate
+	d.allowed = n == 0 || count+n <= p.Rate
 	switch {
 	case !d.allowed:
 		d.retry = end - now
@@ -202,7 +197,7 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 	steps := period / grain
 	step := (max(now, start) - start) / grain
 	weighted := prev * (steps - step)
-	d.allowed = weighted+(cur+n)*steps <= p.Rate*steps
+	d.allowed = n == 0 || weighted+(cur+n)*steps <= p.Rate*steps
 	switch {
 	case !d.allowed:
 		var at int64 // the first instant the same request fits
@@ -246,7 +241,7 @@ func slidingWindowLog(s *state, p *tollgate.Params, now, n int64) (d decision) {
 		log.pop()
 	}
 	count := int64(log.len())
-	d.allowed = count+n <= p.Rate
+	d.allowed = n == 0 || count+n <= p.Rate
 	switch {
 	case !d.allowed:
 		// The oldest count+n-Rate entries must leave the window first.
