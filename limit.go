@@ -23,10 +23,12 @@ const (
 	// APIs whose clients legitimately burst.
 	TokenBucket Algorithm = iota
 	// GCRA (generic cell rate algorithm) has token bucket semantics kept in
-	// a single integer, the theoretical arrival time. Its emission interval
-	// is Period/Rate rounded up to a whole microsecond (3 per second becomes
-	// one per 333,334 µs, 2 ppm slower than asked); when Period/Rate is a
-	// whole number of microseconds it decides exactly as TokenBucket does.
+	// a single value, the theoretical arrival time: whole microseconds plus
+	// a fraction, so the emission interval Period/Rate is exact at every
+	// rate (3 per second is one per 333,333⅓ µs; 2,000,000 per second one
+	// per half µs). As long as the clock does not step back it decides
+	// exactly as TokenBucket does; after a step back it counts the lag
+	// against the key, where TokenBucket lets the key spend what it has.
 	GCRA
 	// FixedWindow counts requests in windows of Period aligned to the Unix
 	// epoch (a per-day limit resets at midnight UTC) and admits Rate per
@@ -221,9 +223,13 @@ type Params struct {
 	// Unit is how many fixed-point units make one token (TokenBucket,
 	// LeakyBucket): the period divided by gcd(rate, period). UnitRate is how
 	// many units are added (or leak) per microsecond: the rate divided by
-	// the same gcd. Both are exact, so refill never rounds.
+	// the same gcd. Both are exact, so refill never rounds. GCRA counts time
+	// in the same units: a µs is UnitRate units, the emission interval Unit.
 	Unit, UnitRate int64
-	// IntervalUS is GCRA's emission interval, ⌈period/rate⌉ µs.
+	// IntervalUS is the emission interval period/rate rounded up to a
+	// whole µs. GCRA itself counts the interval exactly, as Unit units of
+	// 1/UnitRate µs; this rounded value bounds how far ahead a burst may
+	// reach (Burst × IntervalUS ≤ 2^46 µs).
 	IntervalUS int64
 	// MaxDelayUS is a shaping LeakyBucket's maximum delay in µs.
 	MaxDelayUS int64

@@ -18,7 +18,7 @@ import (
 //
 //	token bucket:           a tokens (units), b last update (µs), c units per token
 //	leaky bucket:           a level (units),  b last update (µs), c units per token
-//	GCRA:                   a theoretical arrival time (µs)
+//	GCRA:                   a theoretical arrival time: a µs, b fraction, c fraction units per µs
 //	fixed window:           a window index, b count
 //	sliding window counter: a window index, b current count, c previous count
 //	sliding window log:     log, the admitted times
@@ -136,24 +136,49 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 }
 
 func gcra(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
-	interval := p.IntervalUS
-	tolerance := p.Burst * interval
-	tat := now
-	if !fresh && s.a > now {
-		tat = s.a
+	rate, unit := p.UnitRate, p.Unit
+	tat, frac := now, int64(0) // the TAT is tat + frac/rate µs
+	if !fresh {
+		t, f := s.a, s.b
+		if s.c != rate { // the rate changed: convert exactly, rounding up
+			if f = exact.MulDivUp(f, rate, s.c, rate); f == rate {
+				t, f = t+1, 0
+			}
+		}
+		if t >= now {
+			tat, frac = t, f
+		}
 	}
-	next := tat + n*interval
-	d.allowed = next-now <= tolerance
+	ahead := tat - now
+	room := (p.Burst-n)*unit - frac
+	d.allowed = n == 0 || (room >= 0 && ahead <= room/rate)
 	switch {
 	case !d.allowed:
-		d.retry = next - tolerance - now
+		if x := -room; x >= 0 {
+			d.retry = ahead + exact.CeilDiv(x, rate)
+		} else {
+			d.retry = ahead - room/rate
+		}
 	case n > 0:
-		tat = next
-		s.a = tat
+		step := n * unit
+		whole, part := step/rate, step%rate
+		tat += whole
+		if frac >= rate-part {
+			tat, frac = tat+1, frac-(rate-part)
+		} else {
+			frac += part
+		}
+		ahead = tat - now
+		s.a, s.b, s.c = tat, frac, rate
 		d.write = true
 	}
-	d.remaining = max(tolerance-(tat-now), 0) / interval
-	d.reset = tat - now
+	d.reset = ahead
+	if frac > 0 {
+		d.reset++
+	}
+	if full := p.Burst*unit - frac; full >= 0 && ahead <= full/rate {
+		d.remaining = (full - ahead*rate) / unit
+	}
 	return d
 }
 

@@ -2,10 +2,17 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/conformance"
 	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/redisstore"
 )
 
 // TestMulDiv runs lib.lua's exact multiply-divide in Redis on cases where a
@@ -47,6 +54,46 @@ func TestMulDiv(t *testing.T) {
 		}
 		if got, want := exact.MulDiv(tc.v, tc.to, tc.from, tc.limit), tc.down; got != want {
 			t.Errorf("exact.MulDiv(%d, %d, %d, %d) = %d, want %d", tc.v, tc.to, tc.from, tc.limit, got, want)
+		}
+	}
+}
+
+// TestGCRAReadsEitherForm: a TAT stored as a plain integer of µs (the form
+// with no fraction, and the only one older versions wrote) reads with a
+// fraction of 0; a TAT with a fraction is stored as '<µs>:<fraction>:<units
+// per µs>'.
+func TestGCRAReadsEitherForm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := standalone(t)
+	clock := conformance.NewClock()
+	s := redisstore.New(client, redisstore.WithClock(clock.Now))
+	limit := tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Second, Burst: 3}
+	key := fmt.Sprint("gcra-form:", rand.Int64())
+	rkey := s.Key(key, limit)
+	t0 := conformance.T0.UnixMicro()
+	if err := client.Set(ctx, rkey, strconv.FormatInt(t0+1_000_000, 10), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		at   time.Duration
+		n    int
+		want tollgate.Result
+		tat  string
+	}{
+		{0, 1, tollgate.Result{Limit: limit, RetryAfter: 333334 * time.Microsecond, ResetAfter: time.Second}, strconv.FormatInt(t0+1_000_000, 10)},
+		{333334 * time.Microsecond, 1, tollgate.Result{Allowed: true, Limit: limit, ResetAfter: time.Second}, strconv.FormatInt(t0+1_333_333, 10) + ":1:3"},
+	} {
+		clock.Set(tc.at)
+		got, err := s.AllowN(ctx, key, limit, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("at %v: got %+v, want %+v", tc.at, got, tc.want)
+		}
+		if got, err := client.Get(ctx, rkey).Result(); err != nil || got != tc.tat {
+			t.Errorf("at %v: stored %q (%v), want %q", tc.at, got, err, tc.tat)
 		}
 	}
 }

@@ -8,8 +8,8 @@
 // Besides the table, Differential runs long random sequences through a
 // store and through memorystore side by side and requires the same Result
 // at every step, and Equivalences checks the identities between algorithms
-// (a policing leaky bucket is a token bucket; GCRA is one too when
-// period/rate is a whole number of µs).
+// (a policing leaky bucket is a token bucket, and so is GCRA, at every
+// rate).
 package conformance
 
 import (
@@ -311,14 +311,23 @@ func edgeScenarios() []scenario {
 			deny(9*second-us, 1, 0, us, 5*second+us),
 			shaped(9*second, 1, 0, 5*second, 6*second),
 		}},
-		// 2,000,000 per second is one per 0.5µs: GCRA counts half µs.
-		{name: "sub-microsecond interval", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 2_000_000, Period: second, Burst: 4}, steps: []step{
-			allow(0, 4, 0, 2*us),
-			deny(0, 1, 0, 1*us, 2*us),
-			allow(1*us, 2, 0, 2*us),
-			allow(2*us, 1, 1, 2*us), // full again at 3.5µs: reset rounds up
-			deny(2*us, 4, 1, 2*us, 1*us),
-			allow(3*us, 3, 0, 2*us),
+		// 2,000,000 per second is one per 0.5µs: GCRA counts half µs. (A
+		// burst of a second's worth keeps the Redis TTLs long.)
+		{name: "sub-microsecond interval", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 2_000_000, Period: second, Burst: 2_000_000}, steps: []step{
+			allow(0, 2_000_000, 0, second),
+			deny(0, 1, 0, 1*us, second),
+			allow(1*us, 2, 0, second),
+			allow(2*us, 1, 1, second), // full again at 1,000,001.5µs: reset rounds up
+			deny(2*us, 4, 1, 2*us, second),
+			allow(3*us, 3, 0, second),
+		}},
+		// 3 per 10s leaves a third of a µs in the TAT; at 7 per 10s that
+		// fraction becomes 3 sevenths (rounded up, never more lenient).
+		{name: "rate raised converts the fraction", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: 10 * second, Burst: 3}, steps: []step{
+			allow(0, 1, 2, 3333334*us),
+			under(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 7, Period: 10 * second, Burst: 3}, peek(0, 0, 3333334*us)),
+			under(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 7, Period: 10 * second, Burst: 3}, deny(0, 1, 0, 476191*us, 3333334*us)),
+			under(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 7, Period: 10 * second, Burst: 3}, allow(476191*us, 1, 0, 4285714*us)),
 		}},
 		// Lowering a limit can leave a key far over it: a look still only
 		// looks, and the next request waits exactly as long as needed.
