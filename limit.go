@@ -36,8 +36,9 @@ const (
 	// and Rate again at the start of the next: twice the limit in moments.
 	FixedWindow
 	// SlidingWindowLog keeps the time of every admitted request and admits
-	// at most Rate in any span of Period. Exact, but memory grows with Rate:
-	// for low-volume, high-stakes endpoints such as login.
+	// at most Rate in any span of Period. Exact, but memory and the cost of
+	// a decision grow with Rate, which is at most MaxLogRate: for
+	// low-volume, high-stakes endpoints such as login.
 	SlidingWindowLog
 	// SlidingWindowCounter keeps the counts of the current and the previous
 	// fixed window and weighs the previous one by how much of it still
@@ -288,7 +289,12 @@ func (l Limit) computeParams() (Params, error) {
 	p.MaxDelayUS = int64(l.MaxDelay / time.Microsecond)
 
 	switch l.Algorithm {
-	case FixedWindow, SlidingWindowLog:
+	case SlidingWindowLog:
+		if p.Rate > MaxLogRate {
+			return p, fmt.Errorf("%w: sliding_window_log allows a rate of at most %d (MaxLogRate) per period, got %d: it keeps an entry per request, and more would hold Redis for over a millisecond a decision; use sliding_window_counter", ErrInvalidLimit, MaxLogRate, l.Rate)
+		}
+		p.Capacity = p.Rate
+	case FixedWindow:
 		p.Capacity = p.Rate
 	case SlidingWindowCounter:
 		// The weighted check adds up to three counts times the period in
@@ -322,6 +328,16 @@ func (l Limit) computeParams() (Params, error) {
 	}
 	return p, nil
 }
+
+// MaxLogRate is the largest Rate a SlidingWindowLog accepts. The log keeps
+// one entry per admitted unit of cost, and its costliest decision — a full
+// log that leaves the window, then a request of cost Rate — writes Rate
+// entries at once, during which a Redis serves no one else. At 1,000 that
+// takes about a millisecond of a redis-server 7.0's time (each added entry
+// costs it about 0.9 µs); the memory store keeps the same bound, so a limit
+// is valid on every Store. For higher rates use SlidingWindowCounter, which
+// is constant in time and memory.
+const MaxLogRate = 1000
 
 // MaxKeyLen is the longest key, in bytes, a Store accepts.
 const MaxKeyLen = 512

@@ -299,6 +299,18 @@ func edgeScenarios() []scenario {
 		crowd = append(crowd, deny(30*second, 1, 0, time.Minute, time.Minute))
 	}
 	out := []scenario{
+		// The costliest decisions a log allows: MaxLogRate entries at once,
+		// into an empty log, into one that just left the window whole, and
+		// into one that left it all but one entry.
+		{name: "sliding log at MaxLogRate", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate, Period: 10 * second}, steps: []step{
+			allow(0, tollgate.MaxLogRate, 0, 10*second),
+			deny(0, 1, 0, 10*second, 10*second),
+			allow(10*second, tollgate.MaxLogRate-1, 1, 10*second),
+			allow(11*second, 1, 0, 10*second),
+			deny(11*second, 1, 0, 9*second, 10*second),
+			allow(20*second, tollgate.MaxLogRate-1, 0, 10*second),
+			deny(20*second, 1, 0, 1*second, 10*second),
+		}},
 		{name: "sliding log many in one microsecond", limit: perMinute(tollgate.SlidingWindowLog, 20), steps: crowd},
 		// A shaper's Delay counts the lag of a clock that stepped back, and
 		// never exceeds MaxDelay: 1/s, burst 1, up to 5s of delay.
@@ -468,6 +480,7 @@ func invalid(t *testing.T, s tollgate.Store, clock *Clock) {
 		{"cost above burst", key, good, 6, tollgate.ErrCostExceedsBurst},
 		{"cost above window", key, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Second}, 4, tollgate.ErrCostExceedsBurst},
 		{"cost above shaping queue", key, tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: time.Second, Burst: 1, MaxDelay: time.Second}, 4, tollgate.ErrCostExceedsBurst},
+		{"sliding log above MaxLogRate", key, tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 300_000, Period: time.Minute}, 300_000, tollgate.ErrInvalidLimit},
 	} {
 		if _, err := s.AllowN(ctx, tc.key, tc.limit, tc.n); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)

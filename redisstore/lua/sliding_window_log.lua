@@ -37,7 +37,7 @@ local at, newest = now, nil
 local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] then
   newest = tonumber(last[2])
-  if not newest then
+  if not (newest and string.find(last[1], '^%d+:%d+$')) then
     return corrupt()
   end
   if newest >= now then
@@ -48,6 +48,11 @@ end
 local count
 if n == 0 then
   count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
+elseif newest and newest <= at - period then
+  -- The whole log has left the window: UNLINK frees it off Redis's main
+  -- thread, where removing entry by entry would cost as much as adding.
+  redis.call('UNLINK', key)
+  count = 0
 else
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
   count = redis.call('ZCARD', key)
@@ -62,13 +67,18 @@ elseif count + n <= limit then
   if newest == at then
     seq = redis.call('ZCOUNT', key, stamp, stamp)
   end
-  local args = {}
-  for i = 0, n - 1 do
-    args[#args + 1] = stamp
-    args[#args + 1] = stamp .. ':' .. int(seq + i)
-    if #args == 1000 or i == n - 1 then
-      redis.call('ZADD', key, unpack(args))
-      args = {}
+  -- ZADD in chunks of up to 500 members: one call per unit would cost
+  -- several times more, and unpack must stay well below Lua's C stack
+  -- limit (8,000 values). The sequence stays below MaxLogRate, so the
+  -- default number-to-string conversion prints it exactly.
+  local prefix, args, k = stamp .. ':', {}, 0
+  for i = seq, seq + n - 1 do
+    args[k + 1] = stamp
+    args[k + 2] = prefix .. i
+    k = k + 2
+    if k == 1000 or i == seq + n - 1 then
+      redis.call('ZADD', key, unpack(args, 1, k))
+      k = 0
     end
   end
   count = count + n
