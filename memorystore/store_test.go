@@ -19,6 +19,7 @@ func backend() conformance.Backend {
 		TTL: func(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) (time.Duration, bool) {
 			return s.(*memorystore.Store).TTL(key, limit)
 		},
+		TTLGrain: time.Millisecond, // as Redis's
 	}
 }
 

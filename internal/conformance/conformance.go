@@ -85,6 +85,9 @@ type step struct {
 	// limit, when set, replaces the scenario's limit for this step: a
 	// plan change on a key that already has state.
 	limit tollgate.Limit
+	// wait is real time to let pass before the step, so that Redis, whose
+	// TTLs run in real time, has expired what the test's clock says has.
+	wait time.Duration
 }
 
 // under returns st made under l instead of the scenario's limit.
@@ -376,6 +379,17 @@ func edgeScenarios() []scenario {
 			peek(9*second, 0, 2000*ms), // nothing is sent, so nothing is delayed
 		}},
 	}
+	// A state is kept until it is back to full under the limit that wrote
+	// it; after that every store decides as for a fresh key, full under the
+	// limit of the day — also when that limit has a larger burst.
+	tiny := tollgate.Limit{Rate: 1, Period: 10 * ms, Burst: 1}
+	raised := tollgate.Limit{Rate: 1, Period: 10 * ms, Burst: 5}
+	expired := allow(20*ms, 1, 4, 10*ms)
+	expired.wait = 50 * ms
+	out = append(out, scenario{name: "burst raised after the state expired", limit: tiny, steps: []step{
+		allow(0, 1, 0, 10*ms),
+		under(raised, expired),
+	}})
 	// A rate change converts what a key holds to the new unit exactly. 498
 	// millionths of a token at 1/s are 249 of the 500,000 units a token has
 	// at 2/s (a double computes 248.99999999999997), and a level of
@@ -418,6 +432,7 @@ func Run(t *testing.T, b Backend) {
 				if st.limit != (tollgate.Limit{}) {
 					limit = st.limit
 				}
+				time.Sleep(st.wait)
 				clock.Set(st.at)
 				got, err := store.AllowN(ctx, key, limit, st.n)
 				if err != nil {
