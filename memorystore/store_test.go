@@ -95,3 +95,8 @@ func TestCanceledContext(t *testing.T) {
 		t.Error("AllowN with a canceled context: err = nil, want the context's error")
 	}
 }
+
+func TestChanges(t *testing.T) {
+	t.Parallel()
+	conformance.Changes(t, backend(), 5000, 7)
+}
