@@ -313,7 +313,12 @@ func (l Limit) computeParams() (Params, error) {
 		p.Capacity = p.Burst
 		// Tokens are counted in units of 1/Unit token: a full bucket, plus
 		// what a shaper may queue, must fit below 2^53; and so must the
-		// span of time that much state stands for.
+		// span of time that much state stands for. GCRA counts time in the
+		// same units (a µs is UnitRate of them): how far its TAT may lie
+		// ahead of now is Burst × Unit units, below 2^53 by the same bound,
+		// a fraction of a µs is below UnitRate < 2^53, and a TAT that lies
+		// further ahead (a clock stepped back) is compared in whole µs
+		// without multiplying, so no difference it computes exceeds 2^53.
 		if p.Burst > exact.Max/p.Unit || p.Burst > exact.MaxHorizon/p.IntervalUS {
 			return p, fmt.Errorf("%w: burst %d at %d per %v is too large to count exactly (burst × period ÷ gcd(rate, period in µs) must stay below 2^53, and burst × period/rate below 2^46µs)", ErrInvalidLimit, l.Burst, l.Rate, l.Period)
 		}

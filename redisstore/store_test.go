@@ -437,3 +437,8 @@ func TestChanges(t *testing.T) {
 	t.Parallel()
 	conformance.Changes(t, backend(standalone), 3000, 6)
 }
+
+func TestEquivalencesCluster(t *testing.T) {
+	t.Parallel()
+	conformance.Equivalences(t, backend(clustered), 500, 8)
+}
