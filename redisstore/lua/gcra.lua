@@ -20,9 +20,13 @@
 --     `unit` units (2,000,000/s is 1 unit of half a µs; 3/s is 1,000,000
 --     units of a third of a µs). So GCRA decides exactly as token_bucket.lua
 --     does as long as the clock does not step back.
---   * Differences from now are compared without being formed when they
---     could outgrow 2^53: (TAT - now) * unit-rate is computed only once it
---     is known to be below B * unit, which Go checked is below 2^53.
+--   * Differences from now are compared as (TAT - now) * unit-rate <= room,
+--     room being below B * unit <= 2^53 (Go checked it). When the product
+--     outgrows 2^53 (a clock that stepped back far) it is no longer exact,
+--     but rounding never moves a double across a value it can hold
+--     exactly, so the comparison still is; and where it could round down
+--     onto the bound, what follows from it is 0 either way. A division
+--     would be exact too, and cost a function call more per comparison.
 --   * A TAT with no fraction is stored as the plain integer it always was,
 --     so a value of either form reads correctly. A fraction stored under
 --     another rate is converted to this one rounded up: never more lenient.
@@ -64,18 +68,22 @@ end
 local ahead = tat - now -- whole µs; the TAT is ahead + frac / rate past now
 local room = (burst - n) * unit - frac -- in units: how far ahead it may be
 local allowed, retry = 0, 0
-if n == 0 or (room >= 0 and ahead <= fdiv(room, rate)) then
+if n == 0 or ahead * rate <= room then
   allowed = 1
   if n > 0 then
     -- Move the TAT n intervals on, carrying the fraction into whole µs.
     local step = n * unit
-    local whole = fdiv(step, rate)
-    local part = step - whole * rate
-    tat = tat + whole
-    if frac >= rate - part then
-      tat, frac = tat + 1, frac - (rate - part)
+    if rate == 1 then
+      tat = tat + step
     else
-      frac = frac + part
+      local whole = fdiv(step, rate)
+      local part = step - whole * rate
+      tat = tat + whole
+      if frac >= rate - part then
+        tat, frac = tat + 1, frac - (rate - part)
+      else
+        frac = frac + part
+      end
     end
     ahead = tat - now
   end
@@ -101,8 +109,8 @@ if allowed == 1 and n > 0 then
   end
   redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
 end
-local remaining, full = 0, burst * unit - frac
-if full >= 0 and ahead <= fdiv(full, rate) then
-  remaining = fdiv(full - ahead * rate, unit)
+local remaining, used = 0, ahead * rate + frac
+if used < burst * unit then
+  remaining = fdiv(burst * unit - used, unit)
 end
 return {allowed, remaining, retry, reset, 0}
