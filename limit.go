@@ -50,6 +50,9 @@ const (
 	// TokenBucket does. As a shaper (MaxDelay > 0) it admits an overflowing
 	// request with Result.Delay set to when it may go, up to MaxDelay, so
 	// what leaves is spaced at Rate: for fragile backends and webhooks.
+	// The Delay never exceeds MaxDelay, also after the clock stepped back
+	// (the time the clock went back is part of the Delay); a look (n = 0)
+	// reports no Delay, as it sends nothing.
 	LeakyBucket
 
 	numAlgorithms
