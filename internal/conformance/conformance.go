@@ -326,6 +326,14 @@ func edgeScenarios() []scenario {
 			deny(9*second-us, 1, 0, us, 5*second+us),
 			shaped(9*second, 1, 0, 5*second, 6*second),
 		}},
+		// Capacity is what an empty shaper admits at once: 2/s, burst 1, 1s
+		// of delay is 3, the last one a full MaxDelay late.
+		{name: "shaping capacity", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: second, Burst: 1, MaxDelay: second}, steps: []step{
+			shaped(20*second, 3, 0, second, 1500*ms),
+			deny(19*second, 1, 0, 1500*ms, 2500*ms), // a second back: 2.5s of delay
+			deny(20500*ms-us, 1, 0, us, second+us),
+			shaped(20500*ms, 1, 0, second, 1500*ms),
+		}},
 		// 2,000,000 per second is one per 0.5µs: GCRA counts half µs. (A
 		// burst of a second's worth keeps the Redis TTLs long.)
 		{name: "sub-microsecond interval", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 2_000_000, Period: second, Burst: 2_000_000}, steps: []step{
