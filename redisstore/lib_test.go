@@ -58,6 +58,51 @@ func TestMulDiv(t *testing.T) {
 	}
 }
 
+// TestMulDivRandom compares lib.lua's muldiv with internal/exact's on random
+// operands of every size up to 2^53.
+func TestMulDivRandom(t *testing.T) {
+	t.Parallel()
+	lib, err := os.ReadFile("lua/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One call checks a batch: ARGV holds quadruples, the reply the results.
+	src := string(lib) + `
+local out = {}
+for i = 1, #ARGV, 4 do
+  local v, to, from, limit = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  out[#out + 1] = muldiv(v, to, from, limit, false)
+  out[#out + 1] = muldiv(v, to, from, limit, true)
+end
+return out`
+	rng := rand.New(rand.NewPCG(9, 10))
+	operand := func() int64 { return rng.Int64N(1 << uint(1+rng.IntN(53))) }
+	client := standalone(t)
+	for batch := 0; batch < 20; batch++ {
+		var args []any
+		var want []int64
+		for range 100 {
+			v, to, from := operand(), operand(), max(1, operand())
+			limit := int64(exact.Max)
+			if rng.IntN(4) == 0 {
+				limit = operand()
+			}
+			args = append(args, v, to, from, limit)
+			want = append(want, exact.MulDiv(v, to, from, limit), exact.MulDivUp(v, to, from, limit))
+		}
+		got, err := client.Eval(context.Background(), src, nil, args...).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				q := args[i/2*4 : i/2*4+4]
+				t.Fatalf("muldiv(%v, %v, %v, %v, up=%v) = %d, want %d", q[0], q[1], q[2], q[3], i%2 == 1, got[i], want[i])
+			}
+		}
+	}
+}
+
 // TestGCRAReadsEitherForm: a TAT stored as a plain integer of µs (the form
 // with no fraction, and the only one older versions wrote) reads with a
 // fraction of 0; a TAT with a fraction is stored as '<µs>:<fraction>:<units
