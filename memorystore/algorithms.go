@@ -95,8 +95,8 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 	level, ts := int64(0), now
 	if !fresh {
 		level, ts = s.a, s.b
-		if s.c != p.Unit { // the rate changed: convert exactly, rounding up
-			level = exact.MulDivUp(level, p.Unit, s.c, exact.Max-capacity-p.MaxDelayUS*p.UnitRate)
+		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
+			level = exact.MulDiv(level, p.Unit, s.c, exact.Max-capacity-p.MaxDelayUS*p.UnitRate)
 		}
 		if now > ts {
 			if now-ts >= exact.CeilDiv(level, p.UnitRate) {

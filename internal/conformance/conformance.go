@@ -417,6 +417,13 @@ func edgeScenarios() []scenario {
 			under(with(fast, tollgate.LeakyBucket), deny(951426*us, 1, 0, 24287*us, 524287*us)),
 			under(with(fast, tollgate.LeakyBucket), allow(975713*us, 1, 0, second)),
 		}},
+		// Rounded down, as tokens are: 1,048,575 units at 1/s are 524,287.5
+		// at 2/s, kept as 524,287.
+		scenario{name: "rate raised rescales rounding down", limit: with(slow, tollgate.LeakyBucket), steps: []step{
+			allow(0, 1, 1, second),
+			allow(951425*us, 1, 0, 1048575*us),
+			under(with(fast, tollgate.LeakyBucket), deny(951425*us, 1, 0, 24287*us, 524287*us)),
+		}},
 	)
 	return out
 }

@@ -24,7 +24,7 @@
 --     exact: the instant at which that delay is the max delay.
 --   * n = 0 only looks: always allowed, no delay (nothing is sent), even
 --     when a lowered limit left the level above the capacity.
---   * A changed rate rescales the level exactly, rounded up.
+--   * A changed rate rescales the level exactly, rounded down.
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty) as in
@@ -46,9 +46,9 @@ if st[1] then
     return corrupt()
   end
   if u ~= unit then
-    -- Rounded up: never less than the key had queued. The bound keeps
-    -- level + cost below 2^53 (Go checked capacity + queue <= 2^53).
-    level = muldiv(level, unit, u, 9007199254740992 - capacity - maxdelay * rate, true)
+    -- Exactly, rounded down as the token bucket's tokens are. The bound
+    -- keeps level + cost below 2^53 (Go checked capacity + queue <= 2^53).
+    level = muldiv(level, unit, u, 9007199254740992 - capacity - maxdelay * rate, false)
   end
   if now > ts then
     level = math.max(0, level - (now - ts) * rate)
