@@ -37,10 +37,15 @@ local at, newest = now, nil
 local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] then
   newest = tonumber(last[2])
-  if not (newest and string.find(last[1], '^%d+:%d+$')) then
+  if not newest then
     return corrupt()
   end
   if newest >= now then
+    -- New entries will be numbered after this one's: it must be ours.
+    -- (Checked only here, where it matters, to keep the usual path cheap.)
+    if not string.find(last[1], '^%d+:%d+$') then
+      return corrupt()
+    end
     at = newest
   end
 end
