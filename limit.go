@@ -23,10 +23,12 @@ const (
 	// APIs whose clients legitimately burst.
 	TokenBucket Algorithm = iota
 	// GCRA (generic cell rate algorithm) has token bucket semantics kept in
-	// a single integer, the theoretical arrival time. Its emission interval
-	// is Period/Rate rounded up to a whole microsecond (3 per second becomes
-	// one per 333,334 µs, 2 ppm slower than asked); when Period/Rate is a
-	// whole number of microseconds it decides exactly as TokenBucket does.
+	// a single value, the theoretical arrival time: whole microseconds plus
+	// a fraction, so the emission interval Period/Rate is exact at every
+	// rate (3 per second is one per 333,333⅓ µs; 2,000,000 per second one
+	// per half µs). As long as the clock does not step back it decides
+	// exactly as TokenBucket does; after a step back it counts the lag
+	// against the key, where TokenBucket lets the key spend what it has.
 	GCRA
 	// FixedWindow counts requests in windows of Period aligned to the Unix
 	// epoch (a per-day limit resets at midnight UTC) and admits Rate per
@@ -34,8 +36,9 @@ const (
 	// and Rate again at the start of the next: twice the limit in moments.
 	FixedWindow
 	// SlidingWindowLog keeps the time of every admitted request and admits
-	// at most Rate in any span of Period. Exact, but memory grows with Rate:
-	// for low-volume, high-stakes endpoints such as login.
+	// at most Rate in any span of Period. Exact, but memory and the cost of
+	// a decision grow with Rate, which is at most MaxLogRate: for
+	// low-volume, high-stakes endpoints such as login.
 	SlidingWindowLog
 	// SlidingWindowCounter keeps the counts of the current and the previous
 	// fixed window and weighs the previous one by how much of it still
@@ -47,6 +50,9 @@ const (
 	// TokenBucket does. As a shaper (MaxDelay > 0) it admits an overflowing
 	// request with Result.Delay set to when it may go, up to MaxDelay, so
 	// what leaves is spaced at Rate: for fragile backends and webhooks.
+	// The Delay never exceeds MaxDelay, also after the clock stepped back
+	// (the time the clock went back is part of the Delay); a look (n = 0)
+	// reports no Delay, as it sends nothing.
 	LeakyBucket
 
 	numAlgorithms
@@ -221,9 +227,13 @@ type Params struct {
 	// Unit is how many fixed-point units make one token (TokenBucket,
 	// LeakyBucket): the period divided by gcd(rate, period). UnitRate is how
 	// many units are added (or leak) per microsecond: the rate divided by
-	// the same gcd. Both are exact, so refill never rounds.
+	// the same gcd. Both are exact, so refill never rounds. GCRA counts time
+	// in the same units: a µs is UnitRate units, the emission interval Unit.
 	Unit, UnitRate int64
-	// IntervalUS is GCRA's emission interval, ⌈period/rate⌉ µs.
+	// IntervalUS is the emission interval period/rate rounded up to a
+	// whole µs. GCRA itself counts the interval exactly, as Unit units of
+	// 1/UnitRate µs; this rounded value bounds how far ahead a burst may
+	// reach (Burst × IntervalUS ≤ 2^46 µs).
 	IntervalUS int64
 	// MaxDelayUS is a shaping LeakyBucket's maximum delay in µs.
 	MaxDelayUS int64
@@ -282,7 +292,12 @@ func (l Limit) computeParams() (Params, error) {
 	p.MaxDelayUS = int64(l.MaxDelay / time.Microsecond)
 
 	switch l.Algorithm {
-	case FixedWindow, SlidingWindowLog:
+	case SlidingWindowLog:
+		if p.Rate > MaxLogRate {
+			return p, fmt.Errorf("%w: sliding_window_log allows a rate of at most %d (MaxLogRate) per period, got %d: it keeps an entry per request, and more would hold Redis for over a millisecond a decision; use sliding_window_counter", ErrInvalidLimit, MaxLogRate, l.Rate)
+		}
+		p.Capacity = p.Rate
+	case FixedWindow:
 		p.Capacity = p.Rate
 	case SlidingWindowCounter:
 		// The weighted check adds up to three counts times the period in
@@ -301,7 +316,12 @@ func (l Limit) computeParams() (Params, error) {
 		p.Capacity = p.Burst
 		// Tokens are counted in units of 1/Unit token: a full bucket, plus
 		// what a shaper may queue, must fit below 2^53; and so must the
-		// span of time that much state stands for.
+		// span of time that much state stands for. GCRA counts time in the
+		// same units (a µs is UnitRate of them): how far its TAT may lie
+		// ahead of now is Burst × Unit units, below 2^53 by the same bound,
+		// a fraction of a µs is below UnitRate < 2^53, and a TAT that lies
+		// further ahead (a clock stepped back) is compared in whole µs
+		// without multiplying, so no difference it computes exceeds 2^53.
 		if p.Burst > exact.Max/p.Unit || p.Burst > exact.MaxHorizon/p.IntervalUS {
 			return p, fmt.Errorf("%w: burst %d at %d per %v is too large to count exactly (burst × period ÷ gcd(rate, period in µs) must stay below 2^53, and burst × period/rate below 2^46µs)", ErrInvalidLimit, l.Burst, l.Rate, l.Period)
 		}
@@ -316,6 +336,16 @@ func (l Limit) computeParams() (Params, error) {
 	}
 	return p, nil
 }
+
+// MaxLogRate is the largest Rate a SlidingWindowLog accepts. The log keeps
+// one entry per admitted unit of cost, and its costliest decision — a full
+// log that leaves the window, then a request of cost Rate — writes Rate
+// entries at once, during which a Redis serves no one else. At 1,000 that
+// takes about a millisecond of a redis-server 7.0's time (each added entry
+// costs it about 0.9 µs); the memory store keeps the same bound, so a limit
+// is valid on every Store. For higher rates use SlidingWindowCounter, which
+// is constant in time and memory.
+const MaxLogRate = 1000
 
 // MaxKeyLen is the longest key, in bytes, a Store accepts.
 const MaxKeyLen = 512

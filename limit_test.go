@@ -2,6 +2,7 @@ package tollgate_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ func TestValidate(t *testing.T) {
 		{"shaping", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: s, Burst: 1, MaxDelay: s}, true},
 		{"year-long window", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 1e9, Period: 365 * 24 * time.Hour}, true},
 		{"sliding counter per day", tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 10_000_000, Period: 24 * time.Hour}, true},
+		{"sliding log at its bound", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate, Period: s}, true},
+		{"gcra below a µs", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 2_000_000, Period: s, Burst: 2_000_000}, true},
 
 		{"zero rate", tollgate.Limit{Rate: 0, Period: s, Burst: 1}, false},
 		{"negative rate", tollgate.Limit{Rate: -1, Period: s, Burst: 1}, false},
@@ -38,6 +41,8 @@ func TestValidate(t *testing.T) {
 		{"too fine to count exactly", tollgate.Limit{Rate: 1_000_003, Period: 24 * time.Hour, Burst: 1_000_000}, false},
 		{"sliding counter too fine", tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 1e9, Period: 24 * time.Hour}, false},
 		{"gcra horizon", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 1, Period: 24 * time.Hour, Burst: 1_000_000}, false},
+		{"sliding log above its bound", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate + 1, Period: s}, false},
+		{"sliding log of 300,000", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 300_000, Period: time.Minute}, false},
 	} {
 		err := tc.limit.Validate()
 		if got, want := err == nil, tc.ok; got != want {
@@ -45,6 +50,20 @@ func TestValidate(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, tollgate.ErrInvalidLimit) {
 			t.Errorf("%s: error %v does not wrap ErrInvalidLimit", tc.name, err)
+		}
+	}
+}
+
+// TestMaxLogRateMessage: the error names the bound and the alternative.
+func TestMaxLogRateMessage(t *testing.T) {
+	t.Parallel()
+	err := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 300_000, Period: time.Minute}.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil, want an error")
+	}
+	for _, want := range []string{"1000", "MaxLogRate", "sliding_window_counter"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
 }

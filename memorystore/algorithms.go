@@ -1,8 +1,6 @@
 package memorystore
 
 import (
-	"math"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/exact"
 )
@@ -20,7 +18,7 @@ import (
 //
 //	token bucket:           a tokens (units), b last update (µs), c units per token
 //	leaky bucket:           a level (units),  b last update (µs), c units per token
-//	GCRA:                   a theoretical arrival time (µs)
+//	GCRA:                   a theoretical arrival time: a µs, b fraction, c fraction units per µs
 //	fixed window:           a window index, b count
 //	sliding window counter: a window index, b current count, c previous count
 //	sliding window log:     log, the admitted times
@@ -56,19 +54,13 @@ func decide(s *state, fresh bool, p *tollgate.Params, now, n int64) decision {
 	}
 }
 
-// rescale converts a fixed-point amount stored with a different unit (the
-// limit's rate changed) the way the scripts do: in a double, rounded down.
-func rescale(v, from, to int64) int64 {
-	return int64(math.Floor(float64(v) / float64(from) * float64(to)))
-}
-
 func tokenBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	capacity := p.Burst * p.Unit
 	tokens, ts := capacity, now
 	if !fresh {
 		tokens, ts = s.a, s.b
-		if s.c != p.Unit {
-			tokens = rescale(tokens, s.c, p.Unit)
+		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
+			tokens = exact.MulDiv(tokens, p.Unit, s.c, capacity)
 		}
 		tokens = min(tokens, capacity)
 		if now > ts {
@@ -100,12 +92,11 @@ func tokenBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 
 func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	capacity := p.Burst * p.Unit
-	queue := p.MaxDelayUS * p.UnitRate
 	level, ts := int64(0), now
 	if !fresh {
 		level, ts = s.a, s.b
-		if s.c != p.Unit {
-			level = rescale(level, s.c, p.Unit)
+		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
+			level = exact.MulDiv(level, p.Unit, s.c, exact.Max-capacity-p.MaxDelayUS*p.UnitRate)
 		}
 		if now > ts {
 			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
@@ -120,13 +111,17 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 	cost := n * p.Unit
 	over := level + cost - capacity
 	switch {
-	case over <= 0:
+	case n == 0 || over <= 0:
 		d.allowed = true
-	case queue > 0 && over <= queue:
-		d.allowed = true
-		d.delay = lag + exact.CeilDiv(over, p.UnitRate)
 	default:
-		d.retry = lag + exact.CeilDiv(over-queue, p.UnitRate)
+		// A shaper's delay is the one checked against MaxDelay, lag included.
+		wait := lag + exact.CeilDiv(over, p.UnitRate)
+		if wait <= p.MaxDelayUS {
+			d.allowed = true
+			d.delay = wait
+		} else {
+			d.retry = wait - p.MaxDelayUS
+		}
 	}
 	if d.allowed && n > 0 {
 		level += cost
@@ -141,24 +136,49 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 }
 
 func gcra(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
-	interval := p.IntervalUS
-	tolerance := p.Burst * interval
-	tat := now
-	if !fresh && s.a > now {
-		tat = s.a
+	rate, unit := p.UnitRate, p.Unit
+	tat, frac := now, int64(0) // the TAT is tat + frac/rate µs
+	if !fresh {
+		t, f := s.a, s.b
+		if s.c != rate { // the rate changed: convert exactly, rounding up
+			if f = exact.MulDivUp(f, rate, s.c, rate); f == rate {
+				t, f = t+1, 0
+			}
+		}
+		if t >= now {
+			tat, frac = t, f
+		}
 	}
-	next := tat + n*interval
-	d.allowed = next-now <= tolerance
+	ahead := tat - now
+	room := (p.Burst-n)*unit - frac
+	d.allowed = n == 0 || (room >= 0 && ahead <= room/rate)
 	switch {
 	case !d.allowed:
-		d.retry = next - tolerance - now
+		if x := -room; x >= 0 {
+			d.retry = ahead + exact.CeilDiv(x, rate)
+		} else {
+			d.retry = ahead - room/rate
+		}
 	case n > 0:
-		tat = next
-		s.a = tat
+		step := n * unit
+		whole, part := step/rate, step%rate
+		tat += whole
+		if frac >= rate-part {
+			tat, frac = tat+1, frac-(rate-part)
+		} else {
+			frac += part
+		}
+		ahead = tat - now
+		s.a, s.b, s.c = tat, frac, rate
 		d.write = true
 	}
-	d.remaining = max(tolerance-(tat-now), 0) / interval
-	d.reset = tat - now
+	d.reset = ahead
+	if frac > 0 {
+		d.reset++
+	}
+	if full := p.Burst*unit - frac; full >= 0 && ahead <= full/rate {
+		d.remaining = (full - ahead*rate) / unit
+	}
 	return d
 }
 
@@ -169,7 +189,7 @@ func fixedWindow(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 		window, count = s.a, s.b
 	}
 	end := (window + 1) * p.PeriodUS
-	d.allowed = count+n <= p.Rate
+	d.allowed = n == 0 || count+n <= p.Rate
 	switch {
 	case !d.allowed:
 		d.retry = end - now
@@ -202,7 +222,7 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 	steps := period / grain
 	step := (max(now, start) - start) / grain
 	weighted := prev * (steps - step)
-	d.allowed = weighted+(cur+n)*steps <= p.Rate*steps
+	d.allowed = n == 0 || weighted+(cur+n)*steps <= p.Rate*steps
 	switch {
 	case !d.allowed:
 		var at int64 // the first instant the same request fits
@@ -246,7 +266,7 @@ func slidingWindowLog(s *state, p *tollgate.Params, now, n int64) (d decision) {
 		log.pop()
 	}
 	count := int64(log.len())
-	d.allowed = count+n <= p.Rate
+	d.allowed = n == 0 || count+n <= p.Rate
 	switch {
 	case !d.allowed:
 		// The oldest count+n-Rate entries must leave the window first.

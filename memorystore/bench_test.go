@@ -19,8 +19,11 @@ func benchLimits() []tollgate.Limit {
 	var out []tollgate.Limit
 	for _, a := range tollgate.Algorithms() {
 		l := tollgate.Limit{Algorithm: a, Rate: 100, Period: time.Hour, Burst: 100_000}
-		if a == tollgate.FixedWindow || a == tollgate.SlidingWindowLog || a == tollgate.SlidingWindowCounter {
+		switch a {
+		case tollgate.FixedWindow, tollgate.SlidingWindowCounter:
 			l.Rate = 1_000_000
+		case tollgate.SlidingWindowLog:
+			l.Rate = tollgate.MaxLogRate
 		}
 		out = append(out, l)
 	}

@@ -145,7 +145,11 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	var d decision
 	switch {
 	case ok:
-		d = decide(st, false, &p, now, int64(n))
+		// An expired state decides as a fresh one, as in Redis, which has
+		// deleted it by then: the same once the limit changed, too (a
+		// token bucket full under a lower burst is not full under a higher
+		// one).
+		d = decide(st, st.expires <= now, &p, now, int64(n))
 	case n == 0:
 		var fresh state // looking at a fresh key stores nothing
 		d = decide(&fresh, true, &p, now, 0)
@@ -157,7 +161,8 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		}
 	}
 	if d.write {
-		st.expires = now + d.reset
+		// Kept as long as Redis keeps it: the TTL is whole ms, rounded up.
+		st.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
 	}
 	sh.mu.Unlock()
 

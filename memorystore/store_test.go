@@ -19,6 +19,7 @@ func backend() conformance.Backend {
 		TTL: func(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) (time.Duration, bool) {
 			return s.(*memorystore.Store).TTL(key, limit)
 		},
+		TTLGrain: time.Millisecond, // as Redis's
 	}
 }
 
@@ -93,4 +94,9 @@ func TestCanceledContext(t *testing.T) {
 	if _, err := memorystore.New().AllowN(ctx, "k", tollgate.PerSecond(1), 1); err == nil {
 		t.Error("AllowN with a canceled context: err = nil, want the context's error")
 	}
+}
+
+func TestChanges(t *testing.T) {
+	t.Parallel()
+	conformance.Changes(t, backend(), 5000, 7)
 }

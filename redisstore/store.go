@@ -157,7 +157,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	case tollgate.LeakyBucket:
 		args = []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
 	case tollgate.GCRA:
-		args = []any{p.IntervalUS, p.Burst, n, now}
+		args = []any{p.UnitRate, p.Unit, p.Burst, n, now}
 	case tollgate.SlidingWindowCounter:
 		args = []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
 	default: // FixedWindow, SlidingWindowLog

@@ -432,3 +432,13 @@ func TestRedisDown(t *testing.T) {
 		t.Fatalf("err = %v, want a connection error", err)
 	}
 }
+
+func TestChanges(t *testing.T) {
+	t.Parallel()
+	conformance.Changes(t, backend(standalone), 3000, 6)
+}
+
+func TestEquivalencesCluster(t *testing.T) {
+	t.Parallel()
+	conformance.Equivalences(t, backend(clustered), 500, 8)
+}

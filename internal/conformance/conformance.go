@@ -8,8 +8,8 @@
 // Besides the table, Differential runs long random sequences through a
 // store and through memorystore side by side and requires the same Result
 // at every step, and Equivalences checks the identities between algorithms
-// (a policing leaky bucket is a token bucket; GCRA is one too when
-// period/rate is a whole number of µs).
+// (a policing leaky bucket is a token bucket, and so is GCRA, at every
+// rate).
 package conformance
 
 import (
@@ -82,18 +82,35 @@ type step struct {
 	at   time.Duration
 	n    int
 	want tollgate.Result
+	// limit, when set, replaces the scenario's limit for this step: a
+	// plan change on a key that already has state.
+	limit tollgate.Limit
+	// wait is real time to let pass before the step, so that Redis, whose
+	// TTLs run in real time, has expired what the test's clock says has.
+	wait time.Duration
+}
+
+// under returns st made under l instead of the scenario's limit.
+func under(l tollgate.Limit, st step) step {
+	st.limit = l
+	return st
+}
+
+// peek is a look (n = 0) that reports remaining and reset.
+func peek(at time.Duration, remaining int, reset time.Duration) step {
+	return step{at: at, want: tollgate.Result{Allowed: true, Remaining: remaining, ResetAfter: reset}}
 }
 
 func allow(at time.Duration, n, remaining int, reset time.Duration) step {
-	return step{at, n, tollgate.Result{Allowed: true, Remaining: remaining, ResetAfter: reset}}
+	return step{at: at, n: n, want: tollgate.Result{Allowed: true, Remaining: remaining, ResetAfter: reset}}
 }
 
 func deny(at time.Duration, n, remaining int, retry, reset time.Duration) step {
-	return step{at, n, tollgate.Result{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}}
+	return step{at: at, n: n, want: tollgate.Result{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}}
 }
 
 func shaped(at time.Duration, n, remaining int, delay, reset time.Duration) step {
-	return step{at, n, tollgate.Result{Allowed: true, Remaining: remaining, Delay: delay, ResetAfter: reset}}
+	return step{at: at, n: n, want: tollgate.Result{Allowed: true, Remaining: remaining, Delay: delay, ResetAfter: reset}}
 }
 
 func join(parts ...[]step) []step {
@@ -127,7 +144,7 @@ func bucketSteps() []scenario {
 		{name: "burst then refill", limit: bucket, steps: []step{
 			allow(0, 1, 4, 500*ms),
 			allow(0, 1, 3, 1000*ms),
-			{0, 0, tollgate.Result{Allowed: true, Remaining: 3, ResetAfter: 1000 * ms}}, // look, spend nothing
+			peek(0, 3, 1000*ms), // look, spend nothing
 			allow(0, 1, 2, 1500*ms),
 			allow(0, 1, 1, 2000*ms),
 			allow(0, 1, 0, 2500*ms),
@@ -168,25 +185,23 @@ func scenarios() []scenario {
 			out = append(out, sc)
 		}
 	}
-	second := time.Second
-	out = append(out,
-		// 3 per second: GCRA's interval rounds up to 333,334µs.
-		scenario{name: "interval rounded up", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: second, Burst: 3}, steps: []step{
+	// The token bucket counts 3 per second exactly: 1/3 token per
+	// 333,333.3µs, kept as 3 units per µs of a million-unit token. GCRA keeps
+	// the same thirds as a fraction of a µs, so it decides identically.
+	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket} {
+		out = append(out, scenario{name: "thirds of a token", limit: tollgate.Limit{Algorithm: a, Rate: 3, Period: time.Second, Burst: 3}, steps: []step{
 			allow(0, 1, 2, 333334*us),
-			allow(0, 1, 1, 666668*us),
-			allow(0, 1, 0, 1000002*us),
-			deny(0, 1, 0, 333334*us, 1000002*us),
-			allow(333334*us, 1, 0, 1000002*us),
-		}},
-		// The token bucket counts the same limit exactly: 1/3 token per
-		// 333,333.3µs, kept as 3 units per µs of a million-unit token.
-		scenario{name: "thirds of a token", limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 3, Period: second, Burst: 3}, steps: []step{
-			allow(0, 3, 0, time.Second),
+			allow(0, 1, 1, 666667*us),
+			allow(0, 1, 0, time.Second),
 			deny(0, 1, 0, 333334*us, time.Second),
 			deny(333333*us, 1, 0, 1*us, 666667*us),
 			allow(333334*us, 1, 0, time.Second), // 1,000,002 units: 2 left over
 			deny(333334*us, 1, 0, 333333*us, time.Second),
-		}},
+		}})
+	}
+	out = append(out, edgeScenarios()...)
+	second := time.Second
+	out = append(out,
 		// Shaping: 2/s, burst 1, queue up to 1s. Requests that overflow go
 		// later, spaced 500ms apart, until the queue is full.
 		scenario{name: "shaping delays", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: second, Burst: 1, MaxDelay: second}, steps: []step{
@@ -205,7 +220,7 @@ func scenarios() []scenario {
 			deny(9500*ms, 1, 0, 500*ms, 500*ms),
 			allow(10*second, 1, 2, 10*second), // a new window
 			deny(15*second, 3, 2, 5*second, 5*second),
-			{15 * second, 0, tollgate.Result{Allowed: true, Remaining: 2, ResetAfter: 5 * second}},
+			peek(15*second, 2, 5*second),
 		}},
 		scenario{name: "fixed window boundary", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Minute}, steps: join(
 			// Twice the limit within a second, across the edge.
@@ -245,7 +260,7 @@ func scenarios() []scenario {
 			allow(1250*ms, 1, 0, 1750*ms),
 			allow(1500*ms, 1, 0, 1500*ms), // 4 × 0.5 + 2 = 4
 			deny(1500*ms, 1, 0, 250*ms, 1500*ms),
-			{1750 * ms, 0, tollgate.Result{Allowed: true, Remaining: 1, ResetAfter: 1250 * ms}},
+			peek(1750*ms, 1, 1250*ms),
 		}},
 		scenario{name: "sliding counter next window", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 4, Period: second}, steps: []step{
 			allow(3000*ms, 4, 0, 2000*ms),
@@ -268,6 +283,151 @@ func scenarios() []scenario {
 	return out
 }
 
+// edgeScenarios are the corners where a stored state and the request
+// disagree: many entries in one µs, rates finer than a µs, a clock that
+// stepped back, a limit lowered or raised on a key that already has state.
+func edgeScenarios() []scenario {
+	second := time.Second
+	perMinute := func(a tollgate.Algorithm, rate int) tollgate.Limit {
+		return tollgate.Limit{Algorithm: a, Rate: rate, Period: time.Minute, Burst: rate}
+	}
+	// A sliding window log numbers the entries of one µs: the eleventh and
+	// later must not overwrite earlier ones.
+	var crowd []step
+	crowd = append(crowd, allow(30*second, 11, 9, time.Minute))
+	for left := 8; left >= 0; left-- {
+		crowd = append(crowd, allow(30*second, 1, left, time.Minute))
+	}
+	for range 3 {
+		crowd = append(crowd, deny(30*second, 1, 0, time.Minute, time.Minute))
+	}
+	out := []scenario{
+		// The costliest decisions a log allows: MaxLogRate entries at once,
+		// into an empty log, into one that just left the window whole, and
+		// into one that left it all but one entry.
+		{name: "sliding log at MaxLogRate", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate, Period: 10 * second}, steps: []step{
+			allow(0, tollgate.MaxLogRate, 0, 10*second),
+			deny(0, 1, 0, 10*second, 10*second),
+			allow(10*second, tollgate.MaxLogRate-1, 1, 10*second),
+			allow(11*second, 1, 0, 10*second),
+			deny(11*second, 1, 0, 9*second, 10*second),
+			allow(20*second, tollgate.MaxLogRate-1, 0, 10*second),
+			deny(20*second, 1, 0, 1*second, 10*second),
+		}},
+		{name: "sliding log many in one microsecond", limit: perMinute(tollgate.SlidingWindowLog, 20), steps: crowd},
+		// A shaper's Delay counts the lag of a clock that stepped back, and
+		// never exceeds MaxDelay: 1/s, burst 1, up to 5s of delay.
+		{name: "shaping clock goes backwards", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: second, Burst: 1, MaxDelay: 5 * second}, steps: []step{
+			shaped(10*second, 1, 0, 0, second),
+			shaped(8*second, 1, 0, 3*second, 4*second), // 2s of lag + 1s
+			shaped(8*second, 1, 0, 4*second, 5*second),
+			shaped(8*second, 1, 0, 5*second, 6*second),
+			deny(8*second, 1, 0, second, 6*second), // 6s: one second too many
+			deny(9*second-us, 1, 0, us, 5*second+us),
+			shaped(9*second, 1, 0, 5*second, 6*second),
+		}},
+		// Capacity is what an empty shaper admits at once: 2/s, burst 1, 1s
+		// of delay is 3, the last one a full MaxDelay late.
+		{name: "shaping capacity", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: second, Burst: 1, MaxDelay: second}, steps: []step{
+			shaped(20*second, 3, 0, second, 1500*ms),
+			deny(19*second, 1, 0, 1500*ms, 2500*ms), // a second back: 2.5s of delay
+			deny(20500*ms-us, 1, 0, us, second+us),
+			shaped(20500*ms, 1, 0, second, 1500*ms),
+		}},
+		// 2,000,000 per second is one per 0.5µs: GCRA counts half µs. (A
+		// burst of a second's worth keeps the Redis TTLs long.)
+		{name: "sub-microsecond interval", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 2_000_000, Period: second, Burst: 2_000_000}, steps: []step{
+			allow(0, 2_000_000, 0, second),
+			deny(0, 1, 0, 1*us, second),
+			allow(1*us, 2, 0, second),
+			allow(2*us, 1, 1, second), // full again at 1,000,001.5µs: reset rounds up
+			deny(2*us, 4, 1, 2*us, second),
+			allow(3*us, 3, 0, second),
+		}},
+		// 3 per 10s leaves a third of a µs in the TAT; at 7 per 10s that
+		// fraction becomes 3 sevenths (rounded up, never more lenient).
+		{name: "rate raised converts the fraction", limit: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: 10 * second, Burst: 3}, steps: []step{
+			allow(0, 1, 2, 3333334*us),
+			under(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 7, Period: 10 * second, Burst: 3}, peek(0, 0, 3333334*us)),
+			under(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 7, Period: 10 * second, Burst: 3}, deny(0, 1, 0, 476191*us, 3333334*us)),
+			under(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 7, Period: 10 * second, Burst: 3}, allow(476191*us, 1, 0, 4285714*us)),
+		}},
+		// Lowering a limit can leave a key far over it: a look still only
+		// looks, and the next request waits exactly as long as needed.
+		{name: "look after the limit was lowered", limit: perMinute(tollgate.FixedWindow, 10), steps: []step{
+			allow(0, 8, 2, time.Minute),
+			under(perMinute(tollgate.FixedWindow, 2), peek(0, 0, time.Minute)),
+			under(perMinute(tollgate.FixedWindow, 2), deny(0, 1, 0, time.Minute, time.Minute)),
+		}},
+		{name: "look after the limit was lowered", limit: perMinute(tollgate.SlidingWindowLog, 10), steps: []step{
+			allow(0, 8, 2, time.Minute),
+			under(perMinute(tollgate.SlidingWindowLog, 2), peek(0, 0, time.Minute)),
+			under(perMinute(tollgate.SlidingWindowLog, 2), deny(0, 1, 0, time.Minute, time.Minute)),
+		}},
+		{name: "look after the limit was lowered", limit: perMinute(tollgate.SlidingWindowCounter, 10), steps: []step{
+			allow(0, 8, 2, 2*time.Minute),
+			under(perMinute(tollgate.SlidingWindowCounter, 2), peek(0, 0, 2*time.Minute)),
+			// In the next window the 8 weigh little enough 52.5s in.
+			under(perMinute(tollgate.SlidingWindowCounter, 2), deny(0, 1, 0, 112500*ms, 2*time.Minute)),
+		}},
+		{name: "look after the limit was lowered", limit: perMinute(tollgate.LeakyBucket, 10), steps: []step{
+			allow(0, 8, 2, 48*second),
+			// 8 queued at 2/min drain in 240s.
+			under(perMinute(tollgate.LeakyBucket, 2), peek(0, 0, 240*second)),
+			under(perMinute(tollgate.LeakyBucket, 2), deny(0, 1, 0, 210*second, 240*second)),
+		}},
+		{name: "look after the clock went backwards", limit: with(bucket, tollgate.GCRA), steps: []step{
+			allow(10*second, 5, 0, 2500*ms),
+			peek(10*second-time.Hour, 0, time.Hour+2500*ms),
+			deny(10*second-time.Hour, 1, 0, time.Hour+500*ms, time.Hour+2500*ms),
+		}},
+		{name: "look after the clock went backwards", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: second, Burst: 1, MaxDelay: second}, steps: []step{
+			shaped(10*second, 1, 0, 0, 500*ms),
+			shaped(10*second, 1, 0, 500*ms, 1000*ms),
+			peek(9*second, 0, 2000*ms), // nothing is sent, so nothing is delayed
+		}},
+	}
+	// A state is kept until it is back to full under the limit that wrote
+	// it; after that every store decides as for a fresh key, full under the
+	// limit of the day — also when that limit has a larger burst.
+	tiny := tollgate.Limit{Rate: 1, Period: 10 * ms, Burst: 1}
+	raised := tollgate.Limit{Rate: 1, Period: 10 * ms, Burst: 5}
+	expired := allow(20*ms, 1, 4, 10*ms)
+	expired.wait = 50 * ms
+	out = append(out, scenario{name: "burst raised after the state expired", limit: tiny, steps: []step{
+		allow(0, 1, 0, 10*ms),
+		under(raised, expired),
+	}})
+	// A rate change converts what a key holds to the new unit exactly. 498
+	// millionths of a token at 1/s are 249 of the 500,000 units a token has
+	// at 2/s (a double computes 248.99999999999997), and a level of
+	// 1,048,574 is 524,287 (a double: 524,286.99999999994).
+	slow := tollgate.Limit{Rate: 1, Period: second, Burst: 2}
+	fast := tollgate.Limit{Rate: 2, Period: second, Burst: 2}
+	out = append(out,
+		scenario{name: "rate raised rescales exactly", limit: slow, steps: []step{
+			allow(0, 1, 1, second),
+			allow(498*us, 1, 0, 2*second-498*us), // 498 units refilled
+			under(fast, deny(498*us, 1, 0, 499751*us, 999751*us)),
+			under(fast, allow(500249*us, 1, 0, second)),
+		}},
+		scenario{name: "rate raised rescales exactly", limit: with(slow, tollgate.LeakyBucket), steps: []step{
+			allow(0, 1, 1, second),
+			allow(951426*us, 1, 0, 1048574*us),
+			under(with(fast, tollgate.LeakyBucket), deny(951426*us, 1, 0, 24287*us, 524287*us)),
+			under(with(fast, tollgate.LeakyBucket), allow(975713*us, 1, 0, second)),
+		}},
+		// Rounded down, as tokens are: 1,048,575 units at 1/s are 524,287.5
+		// at 2/s, kept as 524,287.
+		scenario{name: "rate raised rescales rounding down", limit: with(slow, tollgate.LeakyBucket), steps: []step{
+			allow(0, 1, 1, second),
+			allow(951425*us, 1, 0, 1048575*us),
+			under(with(fast, tollgate.LeakyBucket), deny(951425*us, 1, 0, 24287*us, 524287*us)),
+		}},
+	)
+	return out
+}
+
 // Run runs every scenario against b.
 func Run(t *testing.T, b Backend) {
 	clock := NewClock()
@@ -283,18 +443,23 @@ func Run(t *testing.T, b Backend) {
 						t.Fatalf("Reset: %v", err)
 					}
 				}
+				limit := sc.limit
+				if st.limit != (tollgate.Limit{}) {
+					limit = st.limit
+				}
+				time.Sleep(st.wait)
 				clock.Set(st.at)
-				got, err := store.AllowN(ctx, key, sc.limit, st.n)
+				got, err := store.AllowN(ctx, key, limit, st.n)
 				if err != nil {
 					t.Fatalf("step %d (at %v, n %d): %v", j, st.at, st.n, err)
 				}
 				want := st.want
-				want.Limit = sc.limit
+				want.Limit = limit
 				if got != want {
-					t.Fatalf("step %d (at %v, n %d):\n got %+v\nwant %+v", j, st.at, st.n, got, want)
+					t.Fatalf("step %d (at %v, n %d, %v):\n got %+v\nwant %+v", j, st.at, st.n, limit, got, want)
 				}
 				if got.Allowed && st.n > 0 {
-					checkTTL(t, b, store, key, sc.limit, got.ResetAfter)
+					checkTTL(t, b, store, key, limit, got.ResetAfter)
 				}
 			}
 		})
@@ -345,6 +510,7 @@ func invalid(t *testing.T, s tollgate.Store, clock *Clock) {
 		{"cost above burst", key, good, 6, tollgate.ErrCostExceedsBurst},
 		{"cost above window", key, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Second}, 4, tollgate.ErrCostExceedsBurst},
 		{"cost above shaping queue", key, tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: time.Second, Burst: 1, MaxDelay: time.Second}, 4, tollgate.ErrCostExceedsBurst},
+		{"sliding log above MaxLogRate", key, tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 300_000, Period: time.Minute}, 300_000, tollgate.ErrInvalidLimit},
 	} {
 		if _, err := s.AllowN(ctx, tc.key, tc.limit, tc.n); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)

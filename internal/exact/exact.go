@@ -9,6 +9,8 @@
 // enforces to make that true.
 package exact
 
+import "math/bits"
+
 // Max is 2^53, the first integer a double cannot tell from its neighbour.
 // Every stored value and every intermediate product stays below it.
 const Max = 1 << 53
@@ -46,4 +48,39 @@ func SlidingGrain(periodUS int64) int64 {
 		return 1000
 	}
 	return 1
+}
+
+// MulDiv returns ⌊v·to/from⌋ computed exactly in 128 bits, or limit when that
+// is larger, for 0 ≤ v, 0 ≤ to, 1 ≤ from and limit ≥ 0. The stores convert
+// a fixed-point amount kept with another unit (the limit's rate changed)
+// with it: a double computes 498·500,000/1,000,000 as 248.99999999999997.
+func MulDiv(v, to, from, limit int64) int64 {
+	q, _, ok := mulDiv(v, to, from)
+	if !ok || q > uint64(limit) {
+		return limit
+	}
+	return int64(q)
+}
+
+// MulDivUp returns ⌈v·to/from⌉, or limit when that is larger, as MulDiv.
+func MulDivUp(v, to, from, limit int64) int64 {
+	q, r, ok := mulDiv(v, to, from)
+	if r > 0 {
+		q++
+	}
+	if !ok || q > uint64(limit) {
+		return limit
+	}
+	return int64(q)
+}
+
+// mulDiv returns the quotient and remainder of v·to/from, and false when
+// the quotient does not fit in 64 bits.
+func mulDiv(v, to, from int64) (q, r uint64, ok bool) {
+	hi, lo := bits.Mul64(uint64(v), uint64(to))
+	if hi >= uint64(from) {
+		return 0, 0, false
+	}
+	q, r = bits.Div64(hi, lo, uint64(from))
+	return q, r, q < 1<<63
 }

@@ -18,6 +18,8 @@
 --     a newer index and stays in that window instead of starting a fresh,
 --     empty one — it is never rewarded.
 --   * A denied request writes nothing; the TTL runs to the window's end.
+--   * n = 0 only looks: it is always allowed (a lowered limit can leave the
+--     count above it, and looking must not fail for that).
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
@@ -38,7 +40,7 @@ end
 
 local finish = (window + 1) * period
 local allowed, retry, reset = 0, 0, 0
-if count + n <= limit then
+if n == 0 or count + n <= limit then
   allowed = 1
   if n > 0 then
     count = count + n

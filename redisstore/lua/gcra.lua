@@ -1,50 +1,116 @@
 -- gcra.lua: one atomic GCRA (generic cell rate algorithm) decision.
 --
--- KEYS[1]  the theoretical arrival time (TAT), a string: µs
--- ARGV[1]  emission interval T in µs: ceil(period / rate)
--- ARGV[2]  burst B; the tolerance is B * T
--- ARGV[3]  n: the cost (0 = report without spending)
--- ARGV[4]  now in µs, or '' for the Redis server's TIME
+-- KEYS[1]  the theoretical arrival time (TAT), a string: '<µs>' or
+--          '<µs>:<fraction>:<fraction units per µs>'
+-- ARGV[1]  unit rate: fraction units per µs (rate / gcd(rate, period µs))
+-- ARGV[2]  unit: the emission interval in fraction units
+--          (period µs / the same gcd)
+-- ARGV[3]  burst B; the tolerance is B intervals
+-- ARGV[4]  n: the cost (0 = report without spending)
+-- ARGV[5]  now in µs, or '' for the Redis server's TIME
 -- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
 --
 -- Why it is written this way:
---   * One integer is the whole state: the time at which the key would be
---     back to zero if nothing more arrived. A request of cost n moves it n*T
---     later and is admitted if it then lies within B*T of now. Token bucket
---     semantics in one GET and one SET.
---   * T is rounded up to a whole µs so the TAT stays an integer: the rate
---     may be a few ppm lower than asked, never higher.
+--   * One value is the whole state: the time at which the key would be
+--     back to full if nothing more arrived. A request of cost n moves it n
+--     intervals later and is admitted if it then lies within B intervals of
+--     now. Token bucket semantics in one GET and one SET.
+--   * Exact at every rate: the TAT is whole µs plus a fraction counted in
+--     units of 1/unit-rate µs, in which the interval period/rate is exactly
+--     `unit` units (2,000,000/s is 1 unit of half a µs; 3/s is 1,000,000
+--     units of a third of a µs). So GCRA decides exactly as token_bucket.lua
+--     does as long as the clock does not step back.
+--   * Differences from now are compared as (TAT - now) * unit-rate <= room,
+--     room being below B * unit <= 2^53 (Go checked it). When the product
+--     outgrows 2^53 (a clock that stepped back far) it is no longer exact,
+--     but rounding never moves a double across a value it can hold
+--     exactly, so the comparison still is; and where it could round down
+--     onto the bound, what follows from it is 0 either way. A division
+--     would be exact too, and cost a function call more per comparison.
+--   * A TAT with no fraction is stored as the plain integer it always was,
+--     so a value of either form reads correctly. A fraction stored under
+--     another rate is converted to this one rounded up: never more lenient.
 --   * A TAT in the past counts as now. A clock that went backwards makes
 --     TAT - now larger, so the key gets less, never more.
---   * SET ... PX writes the value and its TTL (the TAT itself) in one
+--   * n = 0 only looks: always allowed, even when the lag of a clock that
+--     stepped back puts the TAT beyond the tolerance.
+--   * SET ... PX writes the value and its TTL (until the TAT) in one
 --     command; a denied request writes nothing.
 local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local tolerance = tonumber(ARGV[2]) * interval
-local n = tonumber(ARGV[3])
-local now = clock(ARGV[4])
+local rate = tonumber(ARGV[1])
+local unit = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local now = clock(ARGV[5])
 
-local tat = now
+local tat, frac = now, 0
 local v = redis.call('GET', key)
 if v then
-  local t = tonumber(v)
+  local t, f, u = tonumber(v), 0, rate
   if not t then
-    return corrupt()
+    local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
+    t, f, u = tonumber(a), tonumber(b), tonumber(c)
+    if not (t and f and u) or f >= u then
+      return corrupt()
+    end
+    if u ~= rate then
+      f = muldiv(f, rate, u, rate, true)
+      if f == rate then
+        t, f = t + 1, 0
+      end
+    end
   end
-  if t > now then
-    tat = t
+  if t >= now then
+    tat, frac = t, f
   end
 end
 
-local nxt = tat + n * interval
+local ahead = tat - now -- whole µs; the TAT is ahead + frac / rate past now
+local room = (burst - n) * unit - frac -- in units: how far ahead it may be
 local allowed, retry = 0, 0
-if nxt - now <= tolerance then
+if n == 0 or ahead * rate <= room then
   allowed = 1
   if n > 0 then
-    tat = nxt
-    redis.call('SET', key, int(tat), 'PX', math.max(1, cdiv(tat - now, 1000)))
+    -- Move the TAT n intervals on, carrying the fraction into whole µs.
+    local step = n * unit
+    if rate == 1 then
+      tat = tat + step
+    else
+      local whole = fdiv(step, rate)
+      local part = step - whole * rate
+      tat = tat + whole
+      if frac >= rate - part then
+        tat, frac = tat + 1, frac - (rate - part)
+      else
+        frac = frac + part
+      end
+    end
+    ahead = tat - now
   end
 else
-  retry = nxt - tolerance - now
+  -- The first whole µs at which ahead + frac/rate + n intervals <= B
+  -- intervals: ceil of a quotient that may be negative.
+  local x = -room
+  if x >= 0 then
+    retry = ahead + cdiv(x, rate)
+  else
+    retry = ahead - fdiv(-x, rate)
+  end
 end
-return {allowed, fdiv(math.max(tolerance - (tat - now), 0), interval), retry, tat - now, 0}
+
+local reset = ahead
+if frac > 0 then
+  reset = ahead + 1
+end
+if allowed == 1 and n > 0 then
+  local value = int(tat)
+  if frac > 0 then
+    value = value .. ':' .. int(frac) .. ':' .. int(rate)
+  end
+  redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+end
+local remaining, used = 0, ahead * rate + frac
+if used < burst * unit then
+  remaining = fdiv(burst * unit - used, unit)
+end
+return {allowed, remaining, retry, reset, 0}

@@ -15,10 +15,16 @@
 --     policer (max delay 0) a request that would overflow is rejected: the
 --     mirror image of token_bucket.lua, and it decides identically.
 --   * As a shaper, a request that would overflow by x units is admitted
---     with a delay of x / unit-rate µs — the moment the bucket has leaked
---     enough for it — as long as that is within the max delay. The level
---     then stands above the capacity by what is queued, so the next request
---     is delayed behind it: admitted requests leave spaced at the rate.
+--     with a delay of lag + x / unit-rate µs — the moment the bucket has
+--     leaked enough for it, in the caller's time — as long as that delay is
+--     within the max delay: the delay returned is the delay checked, also
+--     after the clock stepped back. The level then stands above the
+--     capacity by what is queued, so the next request is delayed behind
+--     it: admitted requests leave spaced at the rate. retry-after is
+--     exact: the instant at which that delay is the max delay.
+--   * n = 0 only looks: always allowed, no delay (nothing is sent), even
+--     when a lowered limit left the level above the capacity.
+--   * A changed rate rescales the level exactly, rounded down.
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty) as in
@@ -29,7 +35,7 @@ local unit = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3]) * unit
 local n = tonumber(ARGV[4])
 local now = clock(ARGV[5])
-local queue = tonumber(ARGV[6]) * rate
+local maxdelay = tonumber(ARGV[6])
 
 local level, ts = 0, now
 local st = redis.call('HMGET', key, 'l', 'ts', 'u')
@@ -40,7 +46,9 @@ if st[1] then
     return corrupt()
   end
   if u ~= unit then
-    level = math.floor(level / u * unit)
+    -- Exactly, rounded down as the token bucket's tokens are. The bound
+    -- keeps level + cost below 2^53 (Go checked capacity + queue <= 2^53).
+    level = muldiv(level, unit, u, 9007199254740992 - capacity - maxdelay * rate, false)
   end
   if now > ts then
     level = math.max(0, level - (now - ts) * rate)
@@ -52,13 +60,17 @@ local lag = ts - now
 local cost = n * unit
 local over = level + cost - capacity
 local allowed, retry, reset, delay = 0, 0, 0, 0
-if over <= 0 then
+if n == 0 or over <= 0 then
   allowed = 1
-elseif queue > 0 and over <= queue then
-  allowed = 1
-  delay = lag + cdiv(over, rate)
 else
-  retry = lag + cdiv(over - queue, rate)
+  -- When the request could go: the lag, then the time to leak the excess.
+  local wait = lag + cdiv(over, rate)
+  if wait <= maxdelay then
+    allowed = 1
+    delay = wait
+  else
+    retry = wait - maxdelay
+  end
 end
 if allowed == 1 then
   level = level + cost

@@ -61,3 +61,56 @@ end
 local function corrupt()
   return redis.error_reply('tollgate: unexpected state (delete the key to start afresh)')
 end
+
+-- muldiv returns floor(v * to / from) exactly (ceil when up is true), or
+-- limit when that is larger, for 0 <= v, to < 2^53, 1 <= from < 2^53 and
+-- limit <= 2^53. A double is not enough: 498 / 1e6 * 5e5 is
+-- 248.99999999999997. The product is kept in 24-bit limbs and divided one
+-- bit at a time, the remainder never reaching 2^53. It runs only when a
+-- key's stored unit differs from its limit's (the rate changed), so its
+-- cost, a few thousand instructions, is off the hot path.
+local function muldiv(v, to, from, limit, up)
+  local b = 16777216 -- 2^24: a limb; limb products stay below 2^48
+  local function split(x)
+    local l0 = x % b
+    x = (x - l0) / b
+    local l1 = x % b
+    return {l0, l1, (x - l1) / b}
+  end
+  local a, c, p = split(v), split(to), {0, 0, 0, 0, 0, 0}
+  for i = 1, 3 do
+    for j = 1, 3 do
+      p[i + j - 1] = p[i + j - 1] + a[i] * c[j]
+    end
+  end
+  local carry = 0
+  for k = 1, 6 do
+    local x = p[k] + carry
+    p[k] = x % b
+    carry = (x - p[k]) / b
+  end
+  local q, r = 0, 0
+  for k = 6, 1, -1 do
+    local limb = p[k]
+    for bit = 23, 0, -1 do
+      local pow = 2 ^ bit
+      local d = math.floor(limb / pow) % 2
+      -- r = 2r + d, less from when that reaches it; never above from.
+      local gap = from - r - d
+      if r >= gap then
+        r = r - gap
+        q = q + q + 1
+      else
+        r = r + r + d
+        q = q + q
+      end
+      if q >= limit then
+        return limit
+      end
+    end
+  end
+  if up and r > 0 then
+    q = q + 1
+  end
+  return math.min(q, limit)
+end

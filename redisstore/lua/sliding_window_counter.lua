@@ -24,6 +24,8 @@
 --     window's count has faded enough.
 --   * A denied request writes nothing; the TTL runs to the end of the next
 --     window, when this window's count stops weighing.
+--   * n = 0 only looks: it is always allowed, even when a lowered limit
+--     leaves the counts above it.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
@@ -50,7 +52,7 @@ local steps = period / grain
 local step = fdiv(math.max(now, start) - start, grain)
 local weighted = prev * (steps - step)
 local allowed, retry, reset = 0, 0, 0
-if weighted + (cur + n) * steps <= limit * steps then
+if n == 0 or weighted + (cur + n) * steps <= limit * steps then
   allowed = 1
   if n > 0 then
     cur = cur + n

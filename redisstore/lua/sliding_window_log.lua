@@ -13,9 +13,13 @@
 --   * Exact: a request is admitted only if the entries in (now - period,
 --     now] plus its cost stay within the limit.
 --   * Members must be unique or ZADD silently merges two requests made in
---     the same µs. The sequence after the time continues from the newest
---     entry when it has the same time, so no random numbers and no second
---     key are needed.
+--     the same µs. The sequence after the time continues the count of the
+--     entries already at that time (ZCOUNT): entries of one µs arrive and
+--     leave the window together, so they are always numbered 0..k-1. (The
+--     newest member would not do: members of equal score sort as text, and
+--     '<t>:9' sorts after '<t>:10'.) No random numbers, no second key.
+--   * n = 0 only looks: it is always allowed and writes nothing, not even
+--     the removal of expired entries, which it counts past instead.
 --   * A denied request adds nothing, so a key holds at most limit entries,
 --     however hard it is hammered.
 --   * A clock that went backwards is never rewarded: time for this key is
@@ -29,7 +33,7 @@ local period = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local now = clock(ARGV[4])
 
-local at, seq, newest = now, 0, nil
+local at, newest = now, nil
 local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] then
   newest = tonumber(last[2])
@@ -37,35 +41,54 @@ if last[2] then
     return corrupt()
   end
   if newest >= now then
-    at = newest
-    seq = tonumber(string.match(last[1], ':(%d+)$') or '')
-    if not seq then
+    -- New entries will be numbered after this one's: it must be ours.
+    -- (Checked only here, where it matters, to keep the usual path cheap.)
+    if not string.find(last[1], '^%d+:%d+$') then
       return corrupt()
     end
-    seq = seq + 1
+    at = newest
   end
 end
 
-redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
-local count = redis.call('ZCARD', key)
+local count
+if n == 0 then
+  count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
+elseif newest and newest <= at - period then
+  -- The whole log has left the window: UNLINK frees it off Redis's main
+  -- thread, where removing entry by entry would cost as much as adding.
+  redis.call('UNLINK', key)
+  count = 0
+else
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
+  count = redis.call('ZCARD', key)
+end
 local allowed, retry, reset = 0, 0, 0
-if count + n <= limit then
+if n == 0 then
   allowed = 1
-  if n > 0 then
-    local stamp = int(at)
-    local args = {}
-    for i = 0, n - 1 do
-      args[#args + 1] = stamp
-      args[#args + 1] = stamp .. ':' .. int(seq + i)
-      if #args == 1000 or i == n - 1 then
-        redis.call('ZADD', key, unpack(args))
-        args = {}
-      end
-    end
-    count = count + n
-    newest = at
-    expire(key, at + period - now)
+elseif count + n <= limit then
+  allowed = 1
+  local stamp = int(at)
+  local seq = 0
+  if newest == at then
+    seq = redis.call('ZCOUNT', key, stamp, stamp)
   end
+  -- ZADD in chunks of up to 500 members: one call per unit would cost
+  -- several times more, and unpack must stay well below Lua's C stack
+  -- limit (8,000 values). The sequence stays below MaxLogRate, so the
+  -- default number-to-string conversion prints it exactly.
+  local prefix, args, k = stamp .. ':', {}, 0
+  for i = seq, seq + n - 1 do
+    args[k + 1] = stamp
+    args[k + 2] = prefix .. i
+    k = k + 2
+    if k == 1000 or i == seq + n - 1 then
+      redis.call('ZADD', key, unpack(args, 1, k))
+      k = 0
+    end
+  end
+  count = count + n
+  newest = at
+  expire(key, at + period - now)
 else
   local e = redis.call('ZRANGE', key, count + n - limit - 1, count + n - limit - 1, 'WITHSCORES')
   retry = tonumber(e[2]) + period - now

@@ -20,7 +20,7 @@
 --     stands still (no refill) until the clock passes ts again; durations
 --     in the reply include that lag, so they are true in the caller's time.
 --   * u is stored so a changed rate rescales the tokens instead of
---     misreading them.
+--     misreading them: exactly, rounded down (never more than the key had).
 --   * A denied request, or n = 0, writes nothing: the stored state still
 --     describes the bucket exactly, and its TTL still holds.
 --   * The TTL is the time until the bucket is full again: an idle key
@@ -46,7 +46,7 @@ if st[1] then
     return corrupt()
   end
   if u ~= unit then
-    tokens = math.floor(tokens / u * unit)
+    tokens = muldiv(tokens, unit, u, capacity)
   end
   if now > ts then
     tokens = tokens + (now - ts) * rate
