@@ -183,7 +183,7 @@ func (g *Gen) moveClock() {
 	case r < 76:
 		d = durUS(g.last.ResetAfter) - g.rng.Int64N(2)
 	case r < 82:
-		d = min(periodUS, year) * (1 + g.rng.Int64N(10))
+		d = min(periodUS*(1+g.rng.Int64N(10)), 2*year)
 	case r < 85:
 		d = g.logUniform(1, year)
 	case r < 93:
@@ -191,9 +191,9 @@ func (g *Gen) moveClock() {
 	default:
 		d = -g.logUniform(1, min(2*periodUS, year))
 	}
-	g.now += max(d, -g.now)
-	if g.now > maxNow {
-		g.now -= year * (1 + g.rng.Int64N(100))
+	g.now += d
+	if g.now > maxNow { // back by a year or two, and on
+		g.now -= year + g.rng.Int64N(year)
 	}
 	g.now = max(g.now, minNow)
 }

@@ -87,7 +87,7 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 			tb.Fatalf("step %d: store and model differ on the last call:\n%s\nmodel:    %s", i, tr, show(want))
 		}
 		checkResult(tb, i, c, got, tr)
-		checkRetry(tb, i, probe, key, c, want)
+		checkRetry(tb, i, probe, key, c, want, tr)
 		tr.admit(tb, i, c, got)
 		if target.After != nil && target.After(tb, store, key, c.Limit, got, wrote, before) {
 			oracle.Reset(key, c.Limit)
@@ -120,7 +120,7 @@ func checkResult(tb testing.TB, i int, c Call, r tollgate.Result, tr *trail) {
 
 // checkRetry asks a copy of the model, as it was before the call, for the
 // same request RetryAfter later and one µs earlier.
-func checkRetry(tb testing.TB, i int, m *model.Model, key string, c Call, r tollgate.Result) {
+func checkRetry(tb testing.TB, i int, m *model.Model, key string, c Call, r tollgate.Result, tr *trail) {
 	tb.Helper()
 	if r.Allowed {
 		return
@@ -128,11 +128,11 @@ func checkRetry(tb testing.TB, i int, m *model.Model, key string, c Call, r toll
 	retry := int64(r.RetryAfter / time.Microsecond)
 	at, err := m.Clone().AllowN(key, c.Limit, c.N, c.Now+retry)
 	if err != nil || !at.Allowed {
-		tb.Fatalf("step %d: %v n %d at %d: RetryAfter %v, but the same request then is denied: %+v %v", i, c.Limit, c.N, c.Now, r.RetryAfter, at, err)
+		tb.Fatalf("step %d: %v n %d at %d: RetryAfter %v, but the same request then is denied: %s %v\n%s", i, c.Limit, c.N, c.Now, r.RetryAfter, show(at), err, tr)
 	}
 	early, err := m.Clone().AllowN(key, c.Limit, c.N, c.Now+retry-1)
 	if err != nil || early.Allowed {
-		tb.Fatalf("step %d: %v n %d at %d: RetryAfter %v, but the same request 1µs earlier is admitted: %+v %v", i, c.Limit, c.N, c.Now, r.RetryAfter, early, err)
+		tb.Fatalf("step %d: %v n %d at %d: RetryAfter %v, but the same request 1µs earlier is admitted: %s %v\n%s", i, c.Limit, c.N, c.Now, r.RetryAfter, show(early), err, tr)
 	}
 }
 

@@ -65,15 +65,20 @@ func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 }
 
 // leakyBucket: the bucket fills with what is admitted and drains at Rate
-// per Period. A request that fits under Burst goes at once. A policer
+// per Period. A level kept under another rate is converted to this rate's
+// unit, rounded down, and clamped to the most this limit can hold: Burst
+// plus what MaxDelay queues (a level left by a far higher rate would
+// otherwise take longer than any duration can say to drain). A request that fits under Burst goes at once. A policer
 // (MaxDelay 0) rejects one that overflows; a shaper admits it with Delay =
 // the lag plus the time until enough has drained, if that is at most
 // MaxDelay, and the level then stands above Burst by what is queued.
 func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	capacity := ratInt(l.burst)
+	// The most the bucket can hold: Burst, and what MaxDelay can queue.
+	most := ratAdd(capacity, ratMul(ratInt(l.maxDelay), l.perUS()))
 	level, ts := ratInt(0), now
 	if s != nil {
-		level, ts = roundDown(s.amount, l.unit()), s.ts
+		level, ts = ratMin(roundDown(s.amount, l.unit()), most), s.ts
 		if now > ts {
 			drained := ratMul(ratInt(now-ts), l.perUS())
 			level = ratMax(ratInt(0), ratSub(level, drained))
