@@ -79,3 +79,9 @@ func FuzzFixedWindow(f *testing.F)          { fuzzModel(f, tollgate.FixedWindow)
 func FuzzSlidingWindowLog(f *testing.F)     { fuzzModel(f, tollgate.SlidingWindowLog) }
 func FuzzSlidingWindowCounter(f *testing.F) { fuzzModel(f, tollgate.SlidingWindowCounter) }
 func FuzzLeakyBucket(f *testing.F)          { fuzzModel(f, tollgate.LeakyBucket) }
+
+func TestModelCases(t *testing.T) {
+	conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
+		return memorystore.New(memorystore.WithClock(now))
+	})
+}

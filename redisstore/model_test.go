@@ -192,3 +192,17 @@ func TestModelLogTime(t *testing.T) {
 		t.Errorf("log decisions take %v (median), %v (90th percentile) of Redis time, want under 1ms and 5ms", median, p90)
 	}
 }
+
+func TestModelCases(t *testing.T) {
+	t.Parallel()
+	for _, topo := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+	}{{"standalone", standalone}, {"cluster", clustered}} {
+		t.Run(topo.name, func(t *testing.T) {
+			conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
+				return redisstore.New(topo.client(t), redisstore.WithClock(now))
+			})
+		})
+	}
+}
