@@ -192,7 +192,7 @@ func (g *Gen) moveClock() {
 		d = -g.logUniform(1, min(2*periodUS, year))
 	}
 	g.now += min(d, 2*year) // a RetryAfter can be centuries
-	for g.now > maxNow { // back by a year or two, and on
+	for g.now > maxNow {    // back by a year or two, and on
 		g.now -= year + g.rng.Int64N(year)
 	}
 	g.now = max(g.now, minNow)
