@@ -15,7 +15,7 @@ import (
 // random calls per algorithm against the reference model; the default is
 // short enough for every test run.
 var (
-	modelSteps = flag.Int("steps", 2000, "random calls per algorithm in TestModelLong")
+	modelSteps = flag.Int("steps", 10000, "random calls per algorithm in TestModelLong")
 	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
 )
 
