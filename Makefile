@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all test check deps build run bench
+.PHONY: all test check deps build run bench fuzz
 
 all: check test
 
@@ -14,6 +14,11 @@ deps:
 # test is what CI runs (.ci/run): every package, with the race detector.
 test: deps
 	$(GO) test -race -shuffle=on -count=1 ./...
+
+# fuzz runs every fuzz target in the module (scripts/fuzz.sh) for FUZZTIME
+# each (default 30s): make fuzz FUZZTIME=5m.
+fuzz: deps
+	@GO="$(GO)" ./scripts/fuzz.sh
 
 check:
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -s would change:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,89 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/model"
+)
+
+// ModelStore is a tollgate.Store that decides with the reference model in
+// internal/model, reading time from a clock: the model as a Backend, so
+// the hand-computed scenarios check the oracle too. It validates requests
+// as every Store does (tollgate.CheckRequest) before asking the model.
+type ModelStore struct {
+	mu      sync.Mutex
+	m       *model.Model
+	now     func() time.Time
+	expires map[string]time.Time
+}
+
+var _ tollgate.Store = (*ModelStore)(nil)
+
+// NewModelStore returns a ModelStore that has seen no key.
+func NewModelStore(now func() time.Time) *ModelStore {
+	return &ModelStore{m: model.New(), now: now, expires: make(map[string]time.Time)}
+}
+
+func stateName(key string, l tollgate.Limit) string {
+	return fmt.Sprintf("%s\x00%d\x00%d", key, l.Algorithm, l.Period)
+}
+
+// AllowN implements tollgate.Store.
+func (s *ModelStore) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
+	if _, err := tollgate.CheckRequest(key, limit, n); err != nil {
+		return tollgate.Result{Limit: limit}, fmt.Errorf("conformance: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r, err := s.m.AllowN(key, limit, n, now.UnixMicro())
+	if err != nil {
+		return r, fmt.Errorf("conformance: %w", err)
+	}
+	if r.Allowed && n > 0 {
+		s.expires[stateName(key, limit)] = now.Add(r.ResetAfter)
+	}
+	return r, nil
+}
+
+// Reset implements tollgate.Store.
+func (s *ModelStore) Reset(ctx context.Context, key string, limit tollgate.Limit) error {
+	if _, err := tollgate.CheckRequest(key, limit, 0); err != nil {
+		return fmt.Errorf("conformance: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m.Reset(key, limit)
+	delete(s.expires, stateName(key, limit))
+	return nil
+}
+
+// ModelBackend is the reference model as a Backend. Its TTL is ResetAfter
+// of the last write, the TTL every store must give a state.
+func ModelBackend() Backend {
+	return Backend{
+		New: func(t *testing.T, now func() time.Time) tollgate.Store { return NewModelStore(now) },
+		TTL: func(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) (time.Duration, bool) {
+			ms := s.(*ModelStore)
+			ms.mu.Lock()
+			defer ms.mu.Unlock()
+			exp, ok := ms.expires[stateName(key, limit)]
+			if !ok {
+				return 0, false
+			}
+			return exp.Sub(ms.now()), true
+		},
+	}
+}
+
+// errCost reports whether err is what a store returns for a cost the model
+// refuses.
+func errCost(err error) bool {
+	return errors.Is(err, tollgate.ErrCostExceedsBurst) || errors.Is(err, tollgate.ErrInvalidCost)
+}

@@ -1,0 +1,108 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/model"
+)
+
+// ModelCase is a short sequence of calls on one key whose every Result must
+// equal the model's: the smallest reproductions of what the random
+// differential has found, kept so that each stays fixed.
+type ModelCase struct {
+	Name  string
+	Calls []ModelCall
+}
+
+// ModelCall is one call of a ModelCase, at T0+At.
+type ModelCall struct {
+	At    time.Duration
+	Limit tollgate.Limit
+	N     int
+}
+
+// ModelCases returns the cases.
+func ModelCases() []ModelCase {
+	const us = time.Microsecond
+	swc := tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 10, Period: 2 * us}
+	swl := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 2, Period: 100 * us}
+	fw := tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Second}
+	fwLow := fw
+	fwLow.Rate = 1
+	tbHigh := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10_000_000, Period: 24 * time.Hour, Burst: 200_000_000}
+	tbLow := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 2}
+	lbHigh := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10_000_000, Period: 24 * time.Hour, Burst: 1_000_000_000}
+	lbLow := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1}
+	shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	gcra := tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Second, Burst: 3}
+	logRun := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 20, Period: time.Second}
+	var sameMicro []ModelCall
+	for range 13 {
+		sameMicro = append(sameMicro, ModelCall{0, logRun, 1})
+	}
+	return []ModelCase{
+		// The next window admits at its start; RetryAfter must not point
+		// back into this window (or before now).
+		{"sliding counter RetryAfter into the next window", []ModelCall{
+			{0, swc, 10}, {3 * us, swc, 2}, {3 * us, swc, 4},
+		}},
+		// A call at 205µs must not forget the entry at 100µs: after the
+		// clock steps back to 160µs it still counts.
+		{"sliding log keeps entries a later call saw expire", []ModelCall{
+			{100 * us, swl, 1}, {150 * us, swl, 1}, {205 * us, swl, 0}, {160 * us, swl, 1},
+		}},
+		{"fixed window peek after the limit was lowered", []ModelCall{
+			{0, fw, 3}, {0, fwLow, 0},
+		}},
+		// Converting 2×10^8 tokens to the unit of 1/day must not overflow.
+		{"token bucket rate lowered on a full bucket", []ModelCall{
+			{0, tbHigh, 1}, {0, tbLow, 1},
+		}},
+		// A level of 10^9 draining at 1/day would take longer than any
+		// time.Duration: it is clamped to what the new limit can hold.
+		{"leaky bucket rate lowered on a full bucket", []ModelCall{
+			{0, lbHigh, 1_000_000_000}, {0, lbLow, 1},
+		}},
+		{"GCRA exact interval of 1/3 s", []ModelCall{
+			{0, gcra, 3}, {0, gcra, 1},
+		}},
+		{"shaper delay within MaxDelay after the clock stepped back", []ModelCall{
+			{time.Second, shaper, 1}, {time.Second / 2, shaper, 1},
+		}},
+		{"sliding log entries sharing one microsecond", sameMicro},
+	}
+}
+
+// RunModelCases runs every ModelCase on the store newStore makes, each on a
+// key of its own, and fails at the first Result that differs from the
+// model's.
+func RunModelCases(t *testing.T, newStore func(now func() time.Time) tollgate.Store) {
+	for _, mc := range ModelCases() {
+		t.Run(mc.Name, func(t *testing.T) {
+			clock := NewClock()
+			s := newStore(clock.Now)
+			m := model.New()
+			key := fmt.Sprintf("modelcase:%d", rand.Int64())
+			for i, c := range mc.Calls {
+				clock.Set(c.At)
+				now := T0.Add(c.At).UnixMicro()
+				want, err := m.AllowN(key, c.Limit, c.N, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := s.AllowN(context.Background(), key, c.Limit, c.N)
+				if err != nil {
+					t.Fatalf("call %d (at T0+%v, n %d, %v): %v", i, c.At, c.N, c.Limit, err)
+				}
+				if got != want {
+					t.Fatalf("call %d (at T0+%v, n %d, %v):\n got %s\nwant %s", i, c.At, c.N, c.Limit, show(got), show(want))
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,249 @@
+package conformance
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Gen generates random calls over the whole space of valid inputs of one
+// algorithm: rates from 1 to 10^7, periods from 1µs to a year (small and
+// large both common), bursts from 1 to as large as Validate allows, shaping
+// leaky buckets, costs of 0, 1, random and the full capacity (and now and
+// then one above it), rate, burst and maximum-delay changes on live keys,
+// and a clock that stands still, steps forward by a µs or past a period,
+// lands exactly on a RetryAfter, and steps back by a µs or by a lot.
+type Gen struct {
+	rng   *rand.Rand
+	alg   tollgate.Algorithm
+	limit tollgate.Limit
+	now   int64 // µs since the Unix epoch
+	last  tollgate.Result
+}
+
+// Call is one generated request: key number Key (of ModelKeys) at Now (µs
+// since the Unix epoch).
+type Call struct {
+	Key   int
+	Limit tollgate.Limit
+	N     int
+	Now   int64
+}
+
+// ModelKeys is how many keys a Gen spreads its calls over.
+const ModelKeys = 3
+
+// MaxLogRate bounds the rates Gen gives a sliding window log: the log keeps
+// one entry per admitted request, and a decision's cost grows with them.
+const MaxLogRate = 1000
+
+// The clock stays between 2001 and 2190: inside what stores count exactly,
+// with room for a year's step either way.
+const (
+	minNow = 1_000_000_000_000_000
+	maxNow = 7_000_000_000_000_000
+	year   = 365 * 24 * 3600 * 1_000_000
+)
+
+// NewGen returns a generator for alg drawing from src.
+func NewGen(alg tollgate.Algorithm, src rand.Source) *Gen {
+	g := &Gen{rng: rand.New(src), alg: alg}
+	g.now = minNow + g.rng.Int64N(maxNow/2-minNow)
+	g.limit = g.newLimit(g.period())
+	return g
+}
+
+// logUniform returns an integer in [lo, hi], its logarithm uniform.
+func (g *Gen) logUniform(lo, hi int64) int64 {
+	if hi <= lo {
+		return lo
+	}
+	v := int64(math.Exp(math.Log(float64(lo)) + g.rng.Float64()*(math.Log(float64(hi))-math.Log(float64(lo)))))
+	return min(max(v, lo), hi)
+}
+
+func (g *Gen) period() time.Duration {
+	round := []time.Duration{
+		time.Microsecond, 7 * time.Microsecond, time.Millisecond, 333 * time.Millisecond,
+		time.Second, 1500 * time.Millisecond, time.Minute, time.Hour, 24 * time.Hour,
+		7 * 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour,
+	}
+	switch r := g.rng.IntN(10); {
+	case r < 3:
+		return time.Duration(g.logUniform(1, 1000)) * time.Microsecond
+	case r < 7:
+		return time.Duration(g.logUniform(1, year)) * time.Microsecond
+	default:
+		return round[g.rng.IntN(len(round))]
+	}
+}
+
+func (g *Gen) rate(period time.Duration) int {
+	top := int64(10_000_000)
+	if g.alg == tollgate.SlidingWindowLog {
+		top = MaxLogRate
+	}
+	periodUS := int64(period / time.Microsecond)
+	switch g.rng.IntN(8) {
+	case 0:
+		return 1 + g.rng.IntN(3)
+	case 1: // a divisor or a multiple of the period in µs: an exact interval
+		if d := 1 + g.rng.Int64N(min(periodUS, 1000)); periodUS%d == 0 && periodUS/d <= top {
+			return int(periodUS / d)
+		}
+		return int(min(periodUS*(1+g.rng.Int64N(10)), top))
+	case 2:
+		return int(top)
+	default:
+		return int(g.logUniform(1, top))
+	}
+}
+
+// newLimit returns a valid limit of the generator's algorithm and period.
+// What Validate refuses is drawn again with a smaller rate or burst: it is
+// the boundary, and the boundary is what should be covered.
+func (g *Gen) newLimit(period time.Duration) tollgate.Limit {
+	l := tollgate.Limit{Algorithm: g.alg, Period: period, Rate: g.rate(period)}
+	switch g.alg {
+	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
+		switch g.rng.IntN(6) {
+		case 0:
+			l.Burst = 1
+		case 1:
+			l.Burst = l.Rate
+		default:
+			l.Burst = int(g.logUniform(1, 1<<40))
+		}
+		if g.alg == tollgate.LeakyBucket && g.rng.IntN(2) == 0 {
+			l.MaxDelay = time.Duration(g.logUniform(1, min(3*int64(period/time.Microsecond), 1<<46))) * time.Microsecond
+		}
+	}
+	for l.Validate() != nil {
+		switch {
+		case l.Burst > 1:
+			l.Burst /= 2
+		case l.MaxDelay > time.Microsecond:
+			l.MaxDelay = l.MaxDelay / 2 / time.Microsecond * time.Microsecond
+		case l.Rate > 1:
+			l.Rate /= 2
+		default:
+			panic(fmt.Sprintf("conformance: no valid limit near %v: %v", l, l.Validate()))
+		}
+	}
+	return l
+}
+
+// Next returns the next call.
+func (g *Gen) Next() Call {
+	g.moveLimit()
+	g.moveClock()
+	return Call{Key: g.rng.IntN(ModelKeys), Limit: g.limit, N: g.cost(), Now: g.now}
+}
+
+// Saw tells the generator what the last call returned, so that it can aim
+// the clock at the instants that matter: RetryAfter, Delay, ResetAfter.
+func (g *Gen) Saw(r tollgate.Result) { g.last = r }
+
+func (g *Gen) moveLimit() {
+	switch r := g.rng.IntN(100); {
+	case r < 2: // another period: state of its own
+		g.limit = g.newLimit(g.period())
+	case r < 8: // a rate, burst or delay change on live keys
+		next := g.newLimit(g.limit.Period)
+		switch g.rng.IntN(3) {
+		case 0:
+			next.Burst, next.MaxDelay = g.limit.Burst, g.limit.MaxDelay
+		case 1:
+			next.Rate = g.limit.Rate
+		}
+		if next.Validate() != nil {
+			next = g.newLimit(g.limit.Period)
+		}
+		g.limit = next
+	}
+}
+
+func (g *Gen) moveClock() {
+	periodUS := int64(g.limit.Period / time.Microsecond)
+	var d int64
+	switch r := g.rng.IntN(100); {
+	case r < 30: // frozen
+	case r < 45:
+		d = 1 + g.rng.Int64N(10)
+	case r < 60:
+		d = g.rng.Int64N(min(2*periodUS, year) + 1)
+	case r < 68:
+		d = max(durUS(g.last.RetryAfter), durUS(g.last.Delay))
+	case r < 72:
+		d = durUS(g.last.RetryAfter) - 1
+	case r < 76:
+		d = durUS(g.last.ResetAfter) - g.rng.Int64N(2)
+	case r < 82:
+		d = min(periodUS*(1+g.rng.Int64N(10)), 2*year)
+	case r < 85:
+		d = g.logUniform(1, year)
+	case r < 93:
+		d = -1 - g.rng.Int64N(10)
+	default:
+		d = -g.logUniform(1, min(2*periodUS, year))
+	}
+	g.now += min(d, 2*year) // a RetryAfter can be centuries
+	for g.now > maxNow {    // back by a year or two, and on
+		g.now -= year + g.rng.Int64N(year)
+	}
+	g.now = max(g.now, minNow)
+}
+
+func durUS(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+func (g *Gen) cost() int {
+	c := g.limit.Capacity()
+	switch r := g.rng.IntN(100); {
+	case r < 15:
+		return 0
+	case r < 45:
+		return 1
+	case r < 75:
+		return g.rng.IntN(c + 1)
+	case r < 83:
+		return c
+	case r < 91:
+		return min(c, 2+g.rng.IntN(20)) // several at one instant
+	case r < 98:
+		return int(g.logUniform(1, int64(c)))
+	default:
+		return c + 1 + g.rng.IntN(3) // refused, changes nothing
+	}
+}
+
+// ByteSource is a rand.Source that reads its numbers from a byte string,
+// eight bytes each, and then from a fixed pseudo-random sequence (zeros
+// forever would stall rand's rejection sampling): it lets a fuzzer drive a
+// Gen.
+type ByteSource struct {
+	data []byte
+	tail *rand.PCG
+}
+
+// NewByteSource returns a ByteSource reading data.
+func NewByteSource(data []byte) *ByteSource {
+	return &ByteSource{data: data, tail: rand.NewPCG(1, 2)}
+}
+
+// Uint64 implements rand.Source.
+func (s *ByteSource) Uint64() uint64 {
+	if len(s.data) == 0 {
+		return s.tail.Uint64()
+	}
+	var b [8]byte
+	k := copy(b[:], s.data)
+	s.data = s.data[k:]
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// Len reports how many bytes are left to read.
+func (s *ByteSource) Len() int { return len(s.data) }

@@ -1,0 +1,118 @@
+package model
+
+import "math/big"
+
+// bucketState is a token bucket's tokens or a leaky bucket's level, in
+// tokens, at ts (µs): the last time anything was admitted.
+type bucketState struct {
+	amount *big.Rat
+	ts     int64
+}
+
+func (*bucketState) isState() {}
+
+func asBucket(s state) *bucketState {
+	b, _ := s.(*bucketState)
+	return b
+}
+
+// perUS is the refill (or leak) per µs: Rate/Period tokens.
+func (l lim) perUS() *big.Rat { return ratFrac(l.rate, l.period) }
+
+// unit is how many parts a token is counted in: the denominator of
+// Rate/Period in lowest terms, period/gcd(rate, period).
+func (l lim) unit() *big.Int { return new(big.Int).Set(l.perUS().Denom()) }
+
+// usFor returns ⌈amount / (Rate/Period)⌉: the whole µs it takes to refill
+// (or drain) amount tokens.
+func (l lim) usFor(amount *big.Rat) int64 {
+	return ceilRat(ratMul(amount, ratFrac(l.period, l.rate)))
+}
+
+// tokenBucket: the bucket holds up to Burst tokens and gains Rate per
+// Period continuously; a request of cost n is admitted if n tokens are
+// there, and takes them.
+func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
+	capacity := ratInt(l.burst)
+	tokens, ts := capacity, now
+	if s != nil {
+		tokens, ts = ratMin(roundDown(s.amount, l.unit()), capacity), s.ts
+		if now > ts {
+			elapsed := ratInt(now - ts)
+			tokens = ratMin(capacity, ratAdd(tokens, ratMul(elapsed, l.perUS())))
+			ts = now
+		}
+	}
+	lag := ts - now // > 0 when the clock stepped back: time stands still
+	var o outcome
+	var next state
+	cost := ratInt(n)
+	switch {
+	case n == 0:
+		o.allowed = true
+	case tokens.Cmp(cost) >= 0:
+		o.allowed = true
+		tokens = ratSub(tokens, cost)
+		next = &bucketState{amount: tokens, ts: ts}
+	default:
+		o.retry = add(lag, l.usFor(ratSub(cost, tokens)))
+	}
+	o.remaining = floorRat(tokens)
+	if tokens.Cmp(capacity) < 0 {
+		o.reset = add(lag, l.usFor(ratSub(capacity, tokens)))
+	}
+	return o, next
+}
+
+// leakyBucket: the bucket fills with what is admitted and drains at Rate
+// per Period. A level kept under another rate is converted to this rate's
+// unit, rounded down, and clamped to the most this limit can hold: Burst
+// plus what MaxDelay queues (a level left by a far higher rate would
+// otherwise take longer than any duration can say to drain). A request that fits under Burst goes at once. A policer
+// (MaxDelay 0) rejects one that overflows; a shaper admits it with Delay =
+// the lag plus the time until enough has drained, if that is at most
+// MaxDelay, and the level then stands above Burst by what is queued.
+func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
+	capacity := ratInt(l.burst)
+	// The most the bucket can hold: Burst, and what MaxDelay can queue.
+	most := ratAdd(capacity, ratMul(ratInt(l.maxDelay), l.perUS()))
+	level, ts := ratInt(0), now
+	if s != nil {
+		level, ts = ratMin(roundDown(s.amount, l.unit()), most), s.ts
+		if now > ts {
+			drained := ratMul(ratInt(now-ts), l.perUS())
+			level = ratMax(ratInt(0), ratSub(level, drained))
+			ts = now
+		}
+	}
+	lag := ts - now
+	var o outcome
+	var next state
+	over := ratSub(ratAdd(level, ratInt(n)), capacity) // tokens above Burst
+	switch {
+	case n == 0:
+		o.allowed = true
+	case over.Sign() <= 0:
+		o.allowed = true
+	default:
+		wait := add(lag, l.usFor(over))
+		if wait <= l.maxDelay {
+			o.allowed = true
+			o.delay = wait
+		} else {
+			// Waiting r µs lowers the delay by r, whether the key's time
+			// stands still (the lag shrinks) or runs (the level drains):
+			// the first r at which it fits under MaxDelay.
+			o.retry = sub(wait, l.maxDelay)
+		}
+	}
+	if o.allowed && n > 0 {
+		level = ratAdd(level, ratInt(n))
+		next = &bucketState{amount: level, ts: ts}
+	}
+	o.remaining = max(floorRat(ratSub(capacity, level)), 0)
+	if level.Sign() > 0 {
+		o.reset = add(lag, l.usFor(level))
+	}
+	return o, next
+}

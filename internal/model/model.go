@@ -1,0 +1,163 @@
+// Package model is a reference model of tollgate's six algorithms: the
+// oracle the stores are tested against.
+//
+// It is written from the algorithms' definitions (the doc comments of
+// tollgate.Algorithm, tollgate.Limit and tollgate.Result, and the headers of
+// the Lua scripts), not from either store's code, and shares none of it: no
+// fixed-point units, no precomputed Params, no shortcuts. Amounts of tokens,
+// emission intervals and arrival times are exact rationals (math/big.Rat);
+// counts and times are int64 with checked arithmetic. It is slow on purpose
+// and keeps every key forever, the way a store that never reclaims memory
+// would.
+//
+// The semantics it encodes, beyond each algorithm's definition:
+//
+//   - A cost of 0 (a peek) is always allowed, with RetryAfter and Delay 0,
+//     and changes nothing; Remaining and ResetAfter report the key's state.
+//   - A denied request changes nothing.
+//   - RetryAfter is exact to the microsecond: the same request made
+//     RetryAfter later is admitted, one microsecond earlier it is not.
+//   - When the clock steps back, time stands still for the key: the bucket
+//     algorithms keep their last update time and add the lag to every
+//     duration they report, the window algorithms stay in their newer
+//     window, the sliding log keeps its newest entry's time, and GCRA counts
+//     the lag against the key. A step back never admits more.
+//   - A key's state is kept per (key, algorithm, period), so a changed rate,
+//     burst or maximum delay applies to what the key has already spent.
+//     Token and leaky bucket amounts are kept in units of 1/u token, u =
+//     period/gcd(rate, period) in µs, and a changed rate converts the amount
+//     to the new unit rounded down; GCRA's theoretical arrival time is kept
+//     in units of 1/v µs, v = rate/gcd(rate, period), and a changed rate
+//     rounds it up to the new unit.
+//
+// The model does not validate limits: give it only limits that
+// tollgate.Limit.Validate accepts.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// ErrCost is returned for a negative cost, or one above Capacity.
+var ErrCost = errors.New("model: cost out of range")
+
+// Model holds the state of every key. The zero value is not usable; call
+// New. It is not safe for concurrent use.
+type Model struct {
+	states map[stateKey]state
+}
+
+// stateKey is what a store keys its state by.
+type stateKey struct {
+	key    string
+	alg    tollgate.Algorithm
+	period time.Duration
+}
+
+// state is one key's state. States are immutable: a decision that writes
+// returns a new one, so Clone is a shallow copy of the map.
+type state interface{ isState() }
+
+// New returns a model that has seen no key.
+func New() *Model { return &Model{states: make(map[stateKey]state)} }
+
+// Clone returns an independent copy of m: decisions on either do not affect
+// the other. Use it to ask what would happen without changing m.
+func (m *Model) Clone() *Model { return &Model{states: maps.Clone(m.states)} }
+
+// Reset forgets key's state under limit's algorithm and period.
+func (m *Model) Reset(key string, limit tollgate.Limit) {
+	delete(m.states, stateKey{key, limit.Algorithm, limit.Period})
+}
+
+// Has reports whether the model holds state for key under limit's algorithm
+// and period: whether a request has ever been admitted there.
+func (m *Model) Has(key string, limit tollgate.Limit) bool {
+	_, ok := m.states[stateKey{key, limit.Algorithm, limit.Period}]
+	return ok
+}
+
+// Capacity returns the largest cost one request can be admitted with under
+// l: Burst for the bucket algorithms, plus, for a shaping leaky bucket, the
+// whole tokens that drain within MaxDelay (⌊MaxDelay × Rate / Period⌋); Rate
+// for the window algorithms.
+func Capacity(l tollgate.Limit) int64 {
+	switch l.Algorithm {
+	case tollgate.TokenBucket, tollgate.GCRA:
+		return int64(l.Burst)
+	case tollgate.LeakyBucket:
+		return add(int64(l.Burst), floorRat(ratMul(ratInt(us(l.MaxDelay)), ratFrac(int64(l.Rate), us(l.Period)))))
+	default:
+		return int64(l.Rate)
+	}
+}
+
+// outcome is a decision in µs.
+type outcome struct {
+	allowed                        bool
+	remaining, retry, reset, delay int64
+}
+
+// AllowN decides whether key may spend n under limit at now (µs since the
+// Unix epoch), the way a Store's AllowN does at that instant, and records
+// what it spent. It returns an error wrapping ErrCost, changing nothing, for
+// a cost below 0 or above Capacity.
+func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (tollgate.Result, error) {
+	if n < 0 || int64(n) > Capacity(limit) {
+		return tollgate.Result{Limit: limit}, fmt.Errorf("%w: %d under %v (capacity %d)", ErrCost, n, limit, Capacity(limit))
+	}
+	sk := stateKey{key, limit.Algorithm, limit.Period}
+	l := newLim(limit)
+	old := m.states[sk]
+	var (
+		o    outcome
+		next state
+	)
+	switch limit.Algorithm {
+	case tollgate.TokenBucket:
+		o, next = tokenBucket(asBucket(old), l, now, int64(n))
+	case tollgate.LeakyBucket:
+		o, next = leakyBucket(asBucket(old), l, now, int64(n))
+	case tollgate.GCRA:
+		o, next = gcra(asGCRA(old), l, now, int64(n))
+	case tollgate.FixedWindow:
+		o, next = fixedWindow(asWindow(old), l, now, int64(n))
+	case tollgate.SlidingWindowCounter:
+		o, next = slidingWindowCounter(asWindow(old), l, now, int64(n))
+	case tollgate.SlidingWindowLog:
+		o, next = slidingWindowLog(asLog(old), l, now, int64(n))
+	default:
+		return tollgate.Result{Limit: limit}, fmt.Errorf("model: unknown algorithm %v", limit.Algorithm)
+	}
+	if next != nil {
+		if !o.allowed || n == 0 {
+			panic("model: a denial or a peek wrote state") // the model's own invariant
+		}
+		m.states[sk] = next
+	}
+	return tollgate.Result{
+		Allowed:    o.allowed,
+		Limit:      limit,
+		Remaining:  int(o.remaining),
+		RetryAfter: time.Duration(o.retry) * time.Microsecond,
+		ResetAfter: time.Duration(o.reset) * time.Microsecond,
+		Delay:      time.Duration(o.delay) * time.Microsecond,
+	}, nil
+}
+
+// lim is a limit in µs.
+type lim struct {
+	rate, burst, period, maxDelay int64
+}
+
+func newLim(l tollgate.Limit) lim {
+	return lim{rate: int64(l.Rate), burst: int64(l.Burst), period: us(l.Period), maxDelay: us(l.MaxDelay)}
+}
+
+// us returns d in whole µs; limits the model is given are whole µs.
+func us(d time.Duration) int64 { return int64(d / time.Microsecond) }

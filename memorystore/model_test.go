@@ -1,0 +1,87 @@
+package memorystore_test
+
+import (
+	"flag"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+// go test ./memorystore/ -run TestModelLong -steps=1000000 runs a million
+// random calls per algorithm against the reference model; the default is
+// short enough for every test run.
+var (
+	modelSteps = flag.Int("steps", 10000, "random calls per algorithm in TestModelLong")
+	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
+)
+
+// modelTarget checks the memory store against the model, and its state's
+// expiry: set to ResetAfter by every write, untouched by everything else.
+func modelTarget() conformance.ModelTarget {
+	type ttl struct {
+		d  time.Duration
+		ok bool
+	}
+	return conformance.ModelTarget{
+		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
+			return memorystore.New(memorystore.WithClock(now))
+		},
+		Before: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) any {
+			d, ok := s.(*memorystore.Store).TTL(key, l)
+			return ttl{d, ok}
+		},
+		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any) bool {
+			tb.Helper()
+			d, ok := s.(*memorystore.Store).TTL(key, l)
+			switch {
+			case wrote && (!ok || d != r.ResetAfter):
+				tb.Fatalf("after a write the state expires in %v (kept: %v), want ResetAfter %v", d, ok, r.ResetAfter)
+			case !wrote && (ttl{d, ok}) != before:
+				tb.Fatalf("a call that spent nothing changed the state's expiry: %+v, was %+v", ttl{d, ok}, before)
+			}
+			return false
+		},
+	}
+}
+
+func seed(t *testing.T) uint64 {
+	s := *modelSeed
+	if s == 0 {
+		s = rand.Uint64()
+	}
+	t.Logf("seed %d (rerun with -seed=%d)", s, s)
+	return s
+}
+
+func TestModelLong(t *testing.T) {
+	s := seed(t)
+	for _, alg := range tollgate.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.ModelDifferential(t, modelTarget(), alg, rand.NewPCG(s, uint64(alg)), *modelSteps)
+		})
+	}
+}
+
+func fuzzModel(f *testing.F, alg tollgate.Algorithm) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		conformance.ModelDifferential(t, modelTarget(), alg, conformance.NewByteSource(data), 500)
+	})
+}
+
+func FuzzTokenBucket(f *testing.F)          { fuzzModel(f, tollgate.TokenBucket) }
+func FuzzGCRA(f *testing.F)                 { fuzzModel(f, tollgate.GCRA) }
+func FuzzFixedWindow(f *testing.F)          { fuzzModel(f, tollgate.FixedWindow) }
+func FuzzSlidingWindowLog(f *testing.F)     { fuzzModel(f, tollgate.SlidingWindowLog) }
+func FuzzSlidingWindowCounter(f *testing.F) { fuzzModel(f, tollgate.SlidingWindowCounter) }
+func FuzzLeakyBucket(f *testing.F)          { fuzzModel(f, tollgate.LeakyBucket) }
+
+func TestModelCases(t *testing.T) {
+	conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
+		return memorystore.New(memorystore.WithClock(now))
+	})
+}

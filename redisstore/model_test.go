@@ -1,0 +1,214 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+// go test ./redisstore/ -run TestModelLong -steps=1000000 runs a million
+// random calls per algorithm and topology against the reference model; the
+// default is short enough for every test run.
+var (
+	modelSteps = flag.Int("steps", 300, "random calls per algorithm and topology in TestModelLong")
+	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
+)
+
+// keep is how long a checked key is kept: Redis expires keys in real time
+// while the test's clock jumps, so after checking the TTL a write set, the
+// test lengthens it to outlive the test, and the model (which never
+// forgets) and Redis keep the same state.
+const keep = time.Hour
+
+// timedStore remembers when its last decision was sent, to tell a TTL that
+// ran out in real time from one that was never set.
+type timedStore struct {
+	*redisstore.Store
+	sent time.Time
+}
+
+func (s *timedStore) AllowN(ctx context.Context, key string, l tollgate.Limit, n int) (tollgate.Result, error) {
+	s.sent = time.Now()
+	return s.Store.AllowN(ctx, key, l, n)
+}
+
+// modelTarget checks a Redis store against the model, and what it keeps in
+// Redis: every write leaves a TTL of ResetAfter rounded up to a millisecond;
+// a call that spends nothing leaves the key byte for byte as it was (DUMP).
+func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.ModelTarget {
+	return conformance.ModelTarget{
+		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
+			return &timedStore{Store: redisstore.New(client(tb.(*testing.T)), redisstore.WithClock(now))}
+		},
+		Before: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) any {
+			return dump(tb, client(tb.(*testing.T)), s.(*timedStore).Key(key, l))
+		},
+		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any) bool {
+			tb.Helper()
+			ts := s.(*timedStore)
+			rdb := client(tb.(*testing.T))
+			name := ts.Key(key, l)
+			if !wrote {
+				if after := dump(tb, rdb, name); !bytes.Equal(after, before.([]byte)) {
+					tb.Fatalf("a call that spent nothing (%v, Allowed %v) changed what Redis keeps for the key", l, r.Allowed)
+				}
+				return false
+			}
+			ctx := context.Background()
+			var ttl *redis.DurationCmd
+			if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				ttl = p.PTTL(ctx, name)
+				p.PExpire(ctx, name, keep)
+				return nil
+			}); err != nil {
+				tb.Fatal(err)
+			}
+			hi := (r.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond)
+			switch got := ttl.Val(); {
+			case got == -2: // gone (go-redis reports PTTL's -2 as -2ns): its TTL ran out in real time
+				// Redis counts expiry on a millisecond clock read when the
+				// script started: a key can go up to a millisecond or two
+				// before its TTL has run in real time.
+				if elapsed := time.Since(ts.sent); elapsed < hi-2*time.Millisecond {
+					tb.Fatalf("the key vanished %v after a write that set a TTL of %v", elapsed, hi)
+				}
+				return true
+			case got < 0: // -1: no TTL
+				tb.Fatalf("a write left the key without a TTL (PTTL %d)", got)
+			case got > max(hi, time.Millisecond):
+				tb.Fatalf("TTL %v after a write, above ResetAfter %v rounded up to a millisecond", got, r.ResetAfter)
+			}
+			return false
+		},
+	}
+}
+
+// dump returns the key's serialized value, or nil when it does not exist.
+func dump(tb testing.TB, rdb redis.UniversalClient, name string) []byte {
+	v, err := rdb.Dump(context.Background(), name).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return []byte(v)
+}
+
+func modelSeedFor(t *testing.T) uint64 {
+	s := *modelSeed
+	if s == 0 {
+		s = rand.Uint64()
+	}
+	t.Logf("seed %d (rerun with -seed=%d)", s, s)
+	return s
+}
+
+func TestModelLong(t *testing.T) {
+	s := modelSeedFor(t)
+	for _, topo := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+	}{{"standalone", standalone}, {"cluster", clustered}} {
+		for _, alg := range tollgate.Algorithms() {
+			t.Run(topo.name+"/"+alg.String(), func(t *testing.T) {
+				t.Parallel()
+				conformance.ModelDifferential(t, modelTarget(topo.client), alg, rand.NewPCG(s, uint64(alg)), *modelSteps)
+			})
+		}
+	}
+}
+
+// TestModelLogTime runs the sliding window log at its largest rates and
+// costs on the standalone server with every command in SLOWLOG, and bounds
+// the Redis time its decisions take: the median under a millisecond, nine
+// in ten under five (the machine may be busy; a decision that does work in
+// proportion to more than the limit's rate is slower than that every time).
+func TestModelLogTime(t *testing.T) {
+	ctx := context.Background()
+	rdb := server.Client(t)
+	old, err := rdb.ConfigGet(ctx, "slowlog-*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for k, v := range old {
+			rdb.ConfigSet(context.Background(), k, v)
+		}
+	})
+	for k, v := range map[string]string{"slowlog-log-slower-than": "0", "slowlog-max-len": "100000"} {
+		if err := rdb.ConfigSet(ctx, k, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The calls of the differential, without the model: this test is about
+	// time, and runs whatever the store decides.
+	clock := conformance.NewClock()
+	store := redisstore.New(rdb, redisstore.WithClock(clock.Now))
+	gen := conformance.NewGen(tollgate.SlidingWindowLog, rand.NewPCG(7, 7))
+	prefix := fmt.Sprintf("logtime:%d:", rand.Int64())
+	for i := 0; i < 1000; i++ {
+		c := gen.Next()
+		clock.Set(time.UnixMicro(c.Now).Sub(conformance.T0))
+		r, err := store.AllowN(ctx, fmt.Sprint(prefix, c.Key), c.Limit, c.N)
+		if err != nil && !errors.Is(err, tollgate.ErrCostExceedsBurst) {
+			t.Fatal(err)
+		}
+		gen.Saw(r)
+	}
+	entries, err := rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		took    []time.Duration
+		slowest redis.SlowLog
+	)
+	for _, e := range entries {
+		if len(e.Args) > 6 && strings.HasPrefix(strings.ToUpper(e.Args[0]), "EVAL") && strings.Contains(e.Args[3], "{"+prefix) {
+			took = append(took, e.Duration)
+			if e.Duration > slowest.Duration {
+				slowest = e
+			}
+		}
+	}
+	if len(took) < 100 {
+		t.Fatalf("SLOWLOG holds %d log decisions, want every one of them", len(took))
+	}
+	slices.Sort(took)
+	median, p90, worst := took[len(took)/2], took[len(took)*9/10], took[len(took)-1]
+	t.Logf("%d log decisions: median %v, 90th percentile %v, slowest %v (rate %s, cost %s)", len(took), median, p90, worst, slowest.Args[4], slowest.Args[6])
+	if median > time.Millisecond || p90 > 5*time.Millisecond {
+		t.Errorf("log decisions take %v (median), %v (90th percentile) of Redis time, want under 1ms and 5ms", median, p90)
+	}
+}
+
+func TestModelCases(t *testing.T) {
+	t.Parallel()
+	for _, topo := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+	}{{"standalone", standalone}, {"cluster", clustered}} {
+		t.Run(topo.name, func(t *testing.T) {
+			conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
+				return redisstore.New(topo.client(t), redisstore.WithClock(now))
+			})
+		})
+	}
+}
