@@ -65,8 +65,12 @@ func remember(p *tollgate.Params, limit tollgate.Limit, n int, res tollgate.Resu
 //     per second" with N dividing 10^6, and so on). A request is answered
 //     locally only when every level in the range gives the same denial,
 //     so the answer is exact; otherwise it goes to the global store.
-//   - GCRA: ResetAfter is the theoretical arrival time minus now, the whole
-//     state: exact.
+//   - GCRA: the theoretical arrival time ahead of now, counted in units of
+//     1/UnitRate µs, is the same level: it shrinks by UnitRate a µs, a
+//     request of cost n adds n·Unit, and the scripts derive the Result's
+//     fields from it with the token bucket's formulas (a clock step back
+//     is in the level itself, never a separate lag). So it is answered
+//     exactly as the buckets are.
 //   - FixedWindow: nothing changes until the window ends except by
 //     spending: Remaining stays, the window's end comes closer. Exact.
 //   - SlidingWindowLog, SlidingWindowCounter: how much room frees up, and
@@ -81,7 +85,7 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 	us := int64(el / time.Microsecond)
 	res := tollgate.Result{Limit: e.limit}
 	switch p.Algorithm {
-	case tollgate.TokenBucket, tollgate.LeakyBucket:
+	case tollgate.TokenBucket, tollgate.LeakyBucket, tollgate.GCRA:
 		lo, hi, floor, ok := e.levels(p)
 		if !ok {
 			return res, false
@@ -103,15 +107,6 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 		}
 		a.Limit = e.limit
 		return a, true
-	case tollgate.GCRA:
-		ahead := micros(e.res.ResetAfter) - us // theoretical arrival time − now
-		retry := ahead + int64(m)*p.IntervalUS - p.Burst*p.IntervalUS
-		if ahead <= 0 || retry <= 0 {
-			return res, false
-		}
-		res.Remaining = int(max(p.Burst*p.IntervalUS-ahead, 0) / p.IntervalUS)
-		res.RetryAfter = time.Duration(retry) * time.Microsecond
-		res.ResetAfter = time.Duration(ahead) * time.Microsecond
 	case tollgate.FixedWindow:
 		if m <= e.res.Remaining {
 			return res, false
