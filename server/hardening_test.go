@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -353,10 +354,37 @@ func FuzzAuthQuery(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	var c specCache
 	f.Fuzz(func(t *testing.T, query, uri string) {
 		w := authRequest(h, query, "X-Original-URI", uri, "X-Original-Method", "GET", "X-A", "a")
 		if c := w.Code; c != 200 && (c < 400 || c > 599) {
 			t.Fatalf("query %q uri %q: %d", query, uri, c)
+		}
+		// The spec parser and its cache on their own.
+		q, err := url.ParseQuery(query)
+		if err != nil || len(q["descriptor"]) == 0 {
+			return
+		}
+		specs, err := c.get(q["descriptor"], 8, 4)
+		if err != nil {
+			return
+		}
+		for _, spec := range specs {
+			if len(spec) == 0 || len(spec) > 4 {
+				t.Fatalf("descriptor=%q: a spec of %d entries", q["descriptor"], len(spec))
+			}
+			for _, e := range spec {
+				if e.key == "" {
+					t.Fatalf("descriptor=%q: an entry without a key", q["descriptor"])
+				}
+			}
+		}
+		size := 0
+		for k := range c.m {
+			size += len(k)
+		}
+		if len(c.m) > maxCachedSpecs || size > maxCachedSpecs*maxCachedSpec {
+			t.Fatalf("the spec cache holds %d specs, %d bytes", len(c.m), size)
 		}
 	})
 }

@@ -358,7 +358,7 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			if !withDeadline && s.deadlines != nil {
 				ctx, withDeadline = s.deadlines.Context(ctx), true
 			}
-			if ctx.Err() != nil {
+			if expired(ctx) {
 				// The request's deadline has passed (a store call
 				// of this request timed out, or the caller is gone):
 				// the rest are answered by failure mode without a
@@ -483,6 +483,18 @@ func (s *Server) failureOutcome(r *config.Rule) outcome {
 		return outcomeFailClosed
 	}
 	return outcomeFailOpen
+}
+
+// expired reports whether ctx is done or past its deadline. The store
+// sees the deadline (go-redis sets it on the socket) and can give up at it
+// before the shared timer of guard.Deadlines marks ctx done, up to a
+// millisecond later.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func isTimeout(ctx context.Context, err error) bool {

@@ -163,6 +163,10 @@ descriptors:
 			t.Errorf("POST %s after 5 of /login: %d %q, want 429 (the same path)", target, code, body)
 		}
 	}
+	// nginx sets X-Original-URI itself, replacing the client's.
+	if code, body := rawRequest(t, base, "POST", "/login", key, "X-Original-URI: /fresh"); code != 429 {
+		t.Errorf("POST /login with the client's own X-Original-URI: /fresh: %d %q, want 429", code, body)
+	}
 	// Other paths have no limit.
 	if code, _ := rawRequest(t, base, "POST", "/login2", key); code != 200 {
 		t.Errorf("POST /login2: %d, want 200", code)
