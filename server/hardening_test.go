@@ -388,3 +388,35 @@ func FuzzAuthQuery(f *testing.F) {
 		}
 	})
 }
+
+// TestAuthConcurrent: requests to the auth endpoint share nothing but the
+// spec cache (run with -race).
+func TestAuthConcurrent(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, "domain: d\ndescriptors:\n  - key: method\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n")
+	h, err := s.AuthHandler(HTTPRules{Domain: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int)
+	for i := range 4 {
+		go func() {
+			code := 0
+			for j := range 50 {
+				q := "descriptor=method&deny_status=403"
+				if (i+j)%2 == 0 {
+					q = "descriptor=nope"
+				}
+				if w := authRequest(h, q, "X-Original-URI", "/", "X-Original-Method", "GET"); w.Code != 200 && w.Code != 400 {
+					code = w.Code
+				}
+			}
+			done <- code
+		}()
+	}
+	for range 4 {
+		if code := <-done; code != 0 {
+			t.Errorf("an answer of %d, want 200 or 400", code)
+		}
+	}
+}
