@@ -170,6 +170,10 @@ func TestRequestBounds(t *testing.T) {
 		{"no domain", &pb.RateLimitRequest{Descriptors: many(1)}, "request"},
 		{"override of 10 per 1,000 days", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("k", "o"),
 			Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: 4, UnitMultiplier: wrapperspb.UInt32(1000)}}}}, "override"},
+		{"override without a unit", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("k", "o"),
+			Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10}}}}, "override"},
+		{"override of 0 per hour denies", &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("k", "o"),
+			Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 0, Unit: 3}}}}, ""},
 		{"override of 2 per hour, 3 hits", &pb.RateLimitRequest{Domain: "d", HitsAddend: 3, Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("k", "o"),
 			Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: 3}}}}, "cost"},
 	}

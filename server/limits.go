@@ -137,7 +137,9 @@ func (s *Server) check(api int, req *pb.RateLimitRequest) error {
 }
 
 // checkItems refuses a request one of whose descriptors the store could
-// not count: a limit of its own that is not a valid limit, or a cost
+// not count: a limit of its own that is not a valid limit (an unknown
+// unit, a period longer than a store counts; 0 requests per unit denies,
+// as a rule's does), or a cost
 // (hits × the rule's cost) above what its rule can ever admit at once.
 // Such a call can only fail or be denied whatever the counter holds, so it
 // is the caller's mistake, not a decision.
@@ -145,13 +147,19 @@ func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) err
 	for i := range items {
 		it := &items[i]
 		r := it.rule
-		if r == nil || it.dropped || r.Unlimited || r.DenyAll() {
+		if r == nil || it.dropped {
 			continue
 		}
 		if it.state == nil { // a descriptor's own limit
-			if err := r.Limit.Validate(); err != nil {
+			if r.Unlimited {
+				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit has no unit", i))
+			}
+			if err := r.Limit.Validate(); err != nil && !r.DenyAll() {
 				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit: %v", i, err))
 			}
+		}
+		if r.Unlimited || r.DenyAll() {
+			continue
 		}
 		if n := cost(hitsOf(req, req.Descriptors[i]), r.Cost); n > r.Limit.Capacity() {
 			return s.invalid(api, invalidCost, fmt.Sprintf("descriptor %d: a cost of %d is more than rule %s can ever admit at once (%d)", i, n, r.ID, r.Limit.Capacity()))

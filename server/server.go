@@ -569,7 +569,7 @@ func overrideRule(domain string, l *rlv3.RateLimitDescriptor_RateLimitOverride) 
 	r := &config.Rule{Domain: domain, ID: domain + ".override", Unit: unit, RequestsPerUnit: l.GetRequestsPerUnit(), Cost: 1,
 		Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int(l.GetRequestsPerUnit()), Period: period}}
 	if period == 0 {
-		r.Unlimited = true // an unknown unit: nothing to count with
+		r.Unlimited = true // an unknown unit: checkItems refuses it
 	}
 	return r
 }
