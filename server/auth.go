@@ -102,19 +102,45 @@ type HTTPRules struct {
 	// ClientIP finds the client's address; nil takes the peer's address and
 	// trusts no forwarding header.
 	ClientIP *clientip.Resolver
+	// URIHeader and MethodHeader name the headers in which the proxy in
+	// front of the auth endpoint passes the original request's target and
+	// method: by default nginx's X-Original-URI and X-Original-Method (as
+	// examples/nginx sets them); X-Forwarded-Uri and X-Forwarded-Method
+	// behind Traefik or Caddy forward-auth. Only these are read, never a
+	// fallback: a proxy passes the client's own headers through, and a
+	// client must not pick the path it is counted by. The proxy must set
+	// them on every request, replacing any the client sent.
+	URIHeader, MethodHeader string
 }
 
+// DefaultURIHeader and DefaultMethodHeader are the headers the auth
+// endpoint reads the original request from unless HTTPRules says
+// otherwise: nginx's, as examples/nginx sets them.
+const (
+	DefaultURIHeader    = "X-Original-URI"
+	DefaultMethodHeader = "X-Original-Method"
+)
+
 type httpRules struct {
-	domain string
-	specs  []descriptorSpec
-	ip     *clientip.Resolver
+	domain     string
+	specs      []descriptorSpec
+	ip         *clientip.Resolver
+	uriHeader  string
+	methHeader string
 }
 
 func (h HTTPRules) compile() (*httpRules, error) {
-	r := &httpRules{domain: h.Domain, ip: h.ClientIP}
+	r := &httpRules{domain: h.Domain, ip: h.ClientIP, uriHeader: h.URIHeader, methHeader: h.MethodHeader}
 	if r.ip == nil {
 		r.ip = &clientip.Resolver{}
 	}
+	if r.uriHeader == "" {
+		r.uriHeader = DefaultURIHeader
+	}
+	if r.methHeader == "" {
+		r.methHeader = DefaultMethodHeader
+	}
+	r.uriHeader, r.methHeader = http.CanonicalHeaderKey(r.uriHeader), http.CanonicalHeaderKey(r.methHeader)
 	descs := h.Descriptors
 	if len(descs) == 0 {
 		descs = []string{"remote_address"}
@@ -164,32 +190,61 @@ next:
 
 // specCache keeps the parsed descriptor specs of the auth endpoint's query
 // strings: a proxy's configuration sends the same few again and again.
+// The query comes from whoever reaches the endpoint, so the cache is
+// bounded in bytes, not only in entries: it keeps specs of at most
+// maxCachedSpec bytes (a proxy's are a few dozen), at most maxCachedSpecs
+// of them, and starts afresh when full. Longer specs are parsed on every
+// request, as often as they come and no more.
 type specCache struct {
 	mu sync.Mutex
 	m  map[string][]descriptorSpec
 }
 
-func (c *specCache) get(raw []string) ([]descriptorSpec, error) {
-	k := strings.Join(raw, "\x00")
-	c.mu.Lock()
-	specs, ok := c.m[k]
-	c.mu.Unlock()
-	if ok {
-		return specs, nil
+const (
+	maxCachedSpec  = 512
+	maxCachedSpecs = 256
+)
+
+// get parses raw (the descriptor query parameters), refusing more than
+// maxDescs specs or a spec of more than maxEntries entries.
+func (c *specCache) get(raw []string, maxDescs, maxEntries int) ([]descriptorSpec, error) {
+	if len(raw) > maxDescs {
+		return nil, fmt.Errorf("server: %d descriptors: at most %d are allowed", len(raw), maxDescs)
 	}
+	size := len(raw)
 	for _, d := range raw {
+		size += len(d)
+	}
+	cacheable := size <= maxCachedSpec
+	var k string
+	if cacheable {
+		k = strings.Join(raw, "\x00")
+		c.mu.Lock()
+		specs, ok := c.m[k]
+		c.mu.Unlock()
+		if ok {
+			return specs, nil
+		}
+	}
+	specs := make([]descriptorSpec, 0, len(raw))
+	for _, d := range raw {
+		if n := strings.Count(d, ",") + 1; n > maxEntries {
+			return nil, fmt.Errorf("server: descriptor of %d entries: at most %d are allowed", n, maxEntries)
+		}
 		spec, err := parseSpec(d)
 		if err != nil {
 			return nil, err
 		}
 		specs = append(specs, spec)
 	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= 1000 {
-		c.m = map[string][]descriptorSpec{} // bounded: start afresh
+	if cacheable {
+		c.mu.Lock()
+		if c.m == nil || len(c.m) >= maxCachedSpecs {
+			c.m = map[string][]descriptorSpec{} // bounded: start afresh
+		}
+		c.m[k] = specs
+		c.mu.Unlock()
 	}
-	c.m[k] = specs
-	c.mu.Unlock()
 	return specs, nil
 }
 
@@ -199,10 +254,13 @@ func (c *specCache) get(raw []string) ([]descriptorSpec, error) {
 // allowed or 429 when over the limit, with the rate-limit header fields
 // (and Retry-After) for the proxy to copy into its response.
 //
-// The proxy passes the original request in headers: X-Original-URI (or
-// X-Forwarded-Uri) and X-Original-Method (or X-Forwarded-Method), and the
-// client's address in the header rules.ClientIP reads, from an address it
-// trusts. Query parameters override rules per location: domain=NAME,
+// The proxy passes the original request in the two headers rules names
+// (by default X-Original-URI and X-Original-Method; see HTTPRules), and
+// the client's address in the header rules.ClientIP reads, from an address
+// it trusts. A request without exactly one of each header is answered 400:
+// the endpoint is misconfigured or reached from elsewhere than the proxy.
+// The path is the original target normalized by NormalizePath, and a
+// target it refuses is answered 400 too. Query parameters override rules per location: domain=NAME,
 // descriptor=SPEC (repeatable), and deny_status=403 — nginx's auth_request
 // accepts only 2xx, 401 and 403 from the endpoint, so an nginx location asks
 // for 403 and turns it into a 429 itself (see examples/nginx).
@@ -213,6 +271,7 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 	}
 	var cache specCache
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var err error // the handler's own: requests run concurrently
 		q := r.URL.Query()
 		domain := hr.domain
 		if d := q.Get("domain"); d != "" {
@@ -220,26 +279,30 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 		}
 		specs := hr.specs
 		if raw := q["descriptor"]; len(raw) > 0 {
-			if specs, err = cache.get(raw); err != nil {
-				s.m.requests[apiNginx][codeInvalid].Inc()
-				http.Error(w, err.Error(), http.StatusBadRequest)
+			if specs, err = cache.get(raw, s.maxDescriptors, s.maxEntries); err != nil {
+				s.authInvalid(w, err.Error())
 				return
 			}
 		}
 		deny := http.StatusTooManyRequests
 		if ds := q.Get("deny_status"); ds != "" {
 			if deny, err = strconv.Atoi(ds); err != nil || deny < 400 || deny > 599 {
-				s.m.requests[apiNginx][codeInvalid].Inc()
-				http.Error(w, "deny_status must be a 4xx or 5xx status", http.StatusBadRequest)
+				s.authInvalid(w, "deny_status must be a 4xx or 5xx status")
 				return
 			}
 		}
-		uri := firstHeader(r.Header, "X-Original-Uri", "X-Forwarded-Uri")
-		path, _, _ := strings.Cut(uri, "?")
-		method := firstHeader(r.Header, "X-Original-Method", "X-Forwarded-Method")
 		if domain == "" {
-			s.m.requests[apiNginx][codeInvalid].Inc()
-			http.Error(w, "no domain: pass ?domain=NAME", http.StatusBadRequest)
+			s.authInvalid(w, "no domain: pass ?domain=NAME")
+			return
+		}
+		uri, method, msg := hr.original(r)
+		if msg != "" {
+			s.authInvalid(w, msg)
+			return
+		}
+		path, perr := NormalizePath(uri)
+		if perr != nil {
+			s.authInvalid(w, fmt.Sprintf("%s %q: %v", hr.uriHeader, uri, perr))
 			return
 		}
 		req := hr.request(domain, specs, r, path, method)
@@ -266,20 +329,28 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 	}), nil
 }
 
-func firstHeader(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
-		}
+// original returns the original request's target and method from the
+// configured headers, or why they cannot be read.
+func (h *httpRules) original(r *http.Request) (uri, method, msg string) {
+	u, m := r.Header[h.uriHeader], r.Header[h.methHeader]
+	if len(u) != 1 || u[0] == "" || len(m) != 1 || m[0] == "" {
+		return "", "", fmt.Sprintf("want exactly one %s and one %s header, set by the proxy: got %d and %d", h.uriHeader, h.methHeader, len(u), len(m))
 	}
-	return ""
+	return u[0], m[0], ""
+}
+
+// authInvalid answers an invalid request to the auth endpoint.
+func (s *Server) authInvalid(w http.ResponseWriter, msg string) {
+	s.countInvalid(apiNginx, invalidAuth)
+	http.Error(w, msg, http.StatusBadRequest)
 }
 
 // Proxy returns a reverse proxy to upstream that applies the rules to
 // every request first: over the limit, it answers 429 itself, with
 // Retry-After, the rate-limit header fields and an RFC 9457 problem body;
 // otherwise it forwards the request and adds the header fields to the
-// upstream's response. Paths and methods are the request's own.
+// upstream's response. Paths and methods are the request's own, the path
+// normalized by NormalizePath (a path it refuses is answered 400).
 func (s *Server) Proxy(upstream *url.URL, rules HTTPRules) (http.Handler, error) {
 	hr, err := rules.compile()
 	if err != nil {
@@ -299,7 +370,13 @@ func (s *Server) Proxy(upstream *url.URL, rules HTTPRules) (http.Handler, error)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req := hr.request(hr.domain, hr.specs, r, r.URL.Path, r.Method)
+		path, err := NormalizePath(r.URL.EscapedPath())
+		if err != nil {
+			s.countInvalid(apiProxy, invalidRequest)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		req := hr.request(hr.domain, hr.specs, r, path, r.Method)
 		if len(req.Descriptors) > 0 {
 			resp, h, err := s.decide(r.Context(), apiProxy, req)
 			if err != nil {

@@ -42,5 +42,30 @@
 // counted (outcome "fail_open" or "fail_closed") and logged, at most once
 // a second with the number of events folded in. A service whose Redis is
 // gone therefore keeps answering within its deadline, and /readyz says it
-// is not ready.
+// is not ready. Once the deadline has passed, the request's remaining
+// descriptors are answered by failure mode without a store call, so that
+// one request counts at most one store timeout however many descriptors it
+// carries.
+//
+// # Invalid requests
+//
+// Whoever reaches the service can send anything, so one request is
+// bounded before any rule is looked up or the store is asked: at most
+// DefaultMaxDescriptors descriptors (WithMaxDescriptors) of at most
+// DefaultMaxEntries entries (WithMaxEntries), a hits_addend of at most
+// DefaultMaxHits (WithMaxHits), and DefaultMaxRequestBytes encoded
+// (WithMaxRequestBytes; GRPCServerOptions applies it to gRPC). A
+// descriptor whose own limit no store can count with is invalid too. A
+// descriptor whose hits × cost exceeds what its rule can ever admit at once
+// (tollgate.Limit.Capacity) is OVER_LIMIT, as envoyproxy/ratelimit answers
+// it, without asking the store: an error would let a gateway that fails
+// open pass it. An invalid request is refused as a whole — gRPC
+// InvalidArgument, HTTP 400 (413 for a body over the size) — and counted
+// in tollgate_serve_invalid_total by reason, never as a store failure and
+// never answered by a failure mode.
+//
+// The auth endpoint reads the original request from one configured header
+// pair only (HTTPRules.URIHeader and MethodHeader), and its path is
+// normalized (NormalizePath) so that one resource spelt differently is one
+// counter.
 package server

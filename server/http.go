@@ -13,10 +13,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// maxJSONBody bounds a /json request body: a rate-limit request is a few
-// hundred bytes; anything near this is a mistake or an attack.
-const maxJSONBody = 1 << 20
-
 // Handler returns the HTTP API: POST /json, GET /healthcheck, GET /readyz
 // and GET /metrics.
 func (s *Server) Handler() http.Handler {
@@ -37,22 +33,24 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 
 // serveJSON is envoyproxy/ratelimit's /json: a RateLimitRequest in
 // protojson in, a RateLimitResponse out, 200 when OK and 429 when over the
-// limit; 400 for a body that is not a valid request.
+// limit; 400 for a body that is not a valid request and 413 for one over
+// the size bound (WithMaxRequestBytes), which is read no further.
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.maxBytes)))
 	if err != nil {
-		s.m.requests[apiJSON][codeInvalid].Inc()
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
+			s.countInvalid(apiJSON, invalidTooLarge)
 			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
+		s.countInvalid(apiJSON, invalidRequest)
 		http.Error(w, "cannot read request body", http.StatusBadRequest)
 		return
 	}
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		s.m.requests[apiJSON][codeInvalid].Inc()
+		s.countInvalid(apiJSON, invalidRequest)
 		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}

@@ -48,6 +48,8 @@ type metrics struct {
 	noRule        [2]prometheus.Counter // unknown domain, no match
 	storeDuration prometheus.Histogram
 	storeErrors   [2]prometheus.Counter // timeout, error
+	storeSkipped  prometheus.Counter
+	invalid       [numInvalid]prometheus.Counter
 	reloads       [3]prometheus.Counter // success, failure, unchanged
 	lastReload    prometheus.Gauge
 	rules         prometheus.Gauge
@@ -89,6 +91,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_serve_store_up",
 			Help: "1 when the last probe of the store succeeded.",
 		}),
+		storeSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_serve_store_skipped_total",
+			Help: "Descriptors answered by failure mode without a store call because their request's deadline had already passed (after a store call of the same request timed out).",
+		}),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_serve_global_shadow_total",
 			Help: "Requests over the limit answered OK because of the global shadow mode.",
@@ -111,10 +117,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.noRule[1] = noRule.WithLabelValues("no_match")
 	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_store_errors_total",
-		Help: "Store calls that failed: reason timeout (the deadline passed) or error.",
+		Help: "Store calls that failed: reason timeout (the deadline passed) or error. A request counts at most one timeout: after it, the request's other descriptors are not sent (tollgate_serve_store_skipped_total).",
 	}, []string{"reason"})
 	m.storeErrors[0] = storeErrors.WithLabelValues("timeout")
 	m.storeErrors[1] = storeErrors.WithLabelValues("error")
+	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_serve_invalid_total",
+		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, cost, override, too_large, auth.",
+	}, []string{"reason"})
+	for r := range numInvalid {
+		m.invalid[r] = invalid.WithLabelValues(invalidNames[r])
+	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_config_reloads_total",
 		Help: "Rule loads: result success, failure (the previous rules stay) or unchanged.",
@@ -123,7 +136,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.reloads[reloadFailure] = reloads.WithLabelValues("failure")
 	m.reloads[reloadUnchanged] = reloads.WithLabelValues("unchanged")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, requests, noRule, m.storeDuration, storeErrors, reloads,
+		for _, c := range []prometheus.Collector{m.decisions, requests, noRule, m.storeDuration, storeErrors, m.storeSkipped, invalid, reloads,
 			m.lastReload, m.rules, m.ready, m.storeUp, m.globalShadow} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)

@@ -53,6 +53,9 @@ type Server struct {
 	health   *health.Server
 	flavor   headers.Flavor
 
+	// bounds on one request (see limits.go)
+	maxDescriptors, maxEntries, maxHits, maxBytes int
+
 	snap     atomic.Pointer[snapshot]
 	reloadMu sync.Mutex // one load at a time
 	storeUp  atomic.Bool
@@ -131,7 +134,8 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // SetRules or Reload; until then every descriptor is answered OK and
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
-	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft}
+	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
+		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
 	for _, o := range opts {
 		o(s)
 	}
@@ -242,11 +246,20 @@ var (
 	}
 )
 
-// invalid counts and returns the error of a request without a domain or
-// descriptors: InvalidArgument, as envoyproxy/ratelimit refuses them.
-func (s *Server) invalid(api int, msg string) error {
+// invalid counts and returns the error of an invalid request:
+// InvalidArgument, as envoyproxy/ratelimit refuses a request without a
+// domain or descriptors. An invalid request is the caller's mistake: it
+// is answered at once, never by a failure mode, and never counted or
+// logged as a store failure.
+func (s *Server) invalid(api, reason int, msg string) error {
+	s.countInvalid(api, reason)
+	return status.Error(codes.InvalidArgument, "server: "+msg)
+}
+
+// countInvalid counts an invalid request of api for reason.
+func (s *Server) countInvalid(api, reason int) {
 	s.m.requests[api][codeInvalid].Inc()
-	return status.Error(codes.InvalidArgument, msg)
+	s.m.invalid[reason].Inc()
 }
 
 // item is one descriptor of a request on its way to an answer.
@@ -261,13 +274,10 @@ type item struct {
 // there are none): every descriptor the store decided, as a policy named
 // after its rule.
 func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
-	if req.GetDomain() == "" {
-		return nil, nil, s.invalid(api, "rate limit domain must not be empty")
+	if err := s.check(api, req); err != nil {
+		return nil, nil, err
 	}
 	descs := req.GetDescriptors()
-	if len(descs) == 0 {
-		return nil, nil, s.invalid(api, "rate limit descriptor list must not be empty")
-	}
 	sn := s.snap.Load()
 	var rules *config.Rules
 	if sn != nil {
@@ -300,6 +310,9 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	}
 	if replaced {
 		dropReplaced(items)
+	}
+	if err := s.checkItems(api, req, items); err != nil {
+		return nil, nil, err
 	}
 
 	n := len(descs)
@@ -345,7 +358,17 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			if !withDeadline && s.deadlines != nil {
 				ctx, withDeadline = s.deadlines.Context(ctx), true
 			}
-			o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
+			if expired(ctx) {
+				// The request's deadline has passed (a store call
+				// of this request timed out, or the caller is gone):
+				// the rest are answered by failure mode without a
+				// store call, so that one request counts one timeout
+				// however many descriptors it has.
+				s.m.storeSkipped.Inc()
+				o = s.failureOutcome(r)
+			} else {
+				o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
+			}
 		}
 		if o == outcomeOverLimit && r.ShadowMode {
 			o = outcomeShadow
@@ -405,9 +428,13 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 // spend makes one store call and fills st from its result.
 func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
 	key := counterKey(domain, entries, r)
-	n := hits * r.Cost
-	if hits > 0 && n/hits != r.Cost {
-		n = math.MaxInt // overflow: more than any limit admits
+	n := cost(hits, r.Cost)
+	if n > r.Limit.Capacity() {
+		// More than the rule can ever admit at once: over the limit
+		// whatever the counter holds, so the store is not asked (a
+		// sliding window log would write an entry per hit), and
+		// waiting will not help: the longest honest wait.
+		return outcomeOverLimit, tollgate.Result{Limit: r.Limit, RetryAfter: r.Limit.Period}
 	}
 	start := time.Now()
 	res, err := s.store.AllowN(ctx, key, r.Limit, n)
@@ -415,9 +442,7 @@ func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateL
 	switch {
 	case err == nil:
 	case errors.Is(err, tollgate.ErrCostExceedsBurst):
-		// More than the limit can ever admit at once: over the limit,
-		// as envoyproxy/ratelimit answers a hits_addend above the limit.
-		// Waiting will not help; say so with the longest honest wait.
+		// Checked above; should a store still say so, the same answer.
 		return outcomeOverLimit, tollgate.Result{Limit: r.Limit, RetryAfter: r.Limit.Period}
 	default:
 		return s.storeFailed(ctx, r, err), res
@@ -441,19 +466,40 @@ func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) out
 	} else {
 		s.m.storeErrors[1].Inc()
 	}
-	mode := r.FailureMode
-	if mode == config.FailDefault {
-		mode = s.failMode
-	}
-	o := outcomeFailOpen
-	if mode == config.FailClosed {
-		o = outcomeFailClosed
-	}
+	o := s.failureOutcome(r)
 	if ok, folded := s.failLog.Allow(s.now()); ok {
 		s.log.Warn("store failed; answered by the rule's failure mode",
-			"rule", r.ID, "failure_mode", mode.String(), "answer", outcomeNames[o], "error", err.Error(), "similar_events_not_logged", folded)
+			"rule", r.ID, "failure_mode", s.failureMode(r).String(), "answer", outcomeNames[o], "error", err.Error(), "similar_events_not_logged", folded)
 	}
 	return o
+}
+
+// failureMode is r's failure mode, or the server's when r has none.
+func (s *Server) failureMode(r *config.Rule) config.FailureMode {
+	if r.FailureMode == config.FailDefault {
+		return s.failMode
+	}
+	return r.FailureMode
+}
+
+// failureOutcome is how r answers when the store cannot.
+func (s *Server) failureOutcome(r *config.Rule) outcome {
+	if s.failureMode(r) == config.FailClosed {
+		return outcomeFailClosed
+	}
+	return outcomeFailOpen
+}
+
+// expired reports whether ctx is done or past its deadline. The store
+// sees the deadline (go-redis sets it on the socket) and can give up at it
+// before the shared timer of guard.Deadlines marks ctx done, up to a
+// millisecond later.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func isTimeout(ctx context.Context, err error) bool {
@@ -528,7 +574,7 @@ func overrideRule(domain string, l *rlv3.RateLimitDescriptor_RateLimitOverride) 
 	r := &config.Rule{Domain: domain, ID: domain + ".override", Unit: unit, RequestsPerUnit: l.GetRequestsPerUnit(), Cost: 1,
 		Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int(l.GetRequestsPerUnit()), Period: period}}
 	if period == 0 {
-		r.Unlimited = true // an unknown unit: nothing to count with
+		r.Unlimited = true // an unknown unit: checkItems refuses it
 	}
 	return r
 }

@@ -57,6 +57,42 @@ type serveFlags struct {
 	descriptors multiFlag
 	trusted     string
 	ipHeader    string
+	bounds      requestBounds
+}
+
+// requestBounds are the flags bounding one request to the decision service
+// and naming the auth endpoint's headers (see docs/operations.md,
+// Hardening).
+type requestBounds struct {
+	descriptors, entries, hits, bytes int
+	uriHeader, methodHeader           string
+}
+
+func (b *requestBounds) register(fs *flag.FlagSet) {
+	fs.IntVar(&b.descriptors, "max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request; more is invalid (gRPC InvalidArgument, HTTP 400)")
+	fs.IntVar(&b.entries, "max-entries", server.DefaultMaxEntries, "most entries in one descriptor; more is invalid")
+	fs.IntVar(&b.hits, "max-hits", server.DefaultMaxHits, "largest hits_addend a caller may send; more is invalid (a sliding_window_log rule writes one entry per hit)")
+	fs.IntVar(&b.bytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest gRPC message or /json body; more is refused (ResourceExhausted, HTTP 413)")
+}
+
+// registerAuth registers the flags naming the headers the auth endpoint
+// reads the original request from.
+func (b *requestBounds) registerAuth(fs *flag.FlagSet) {
+	fs.StringVar(&b.uriHeader, "auth-uri-header", server.DefaultURIHeader, "/auth: the header the proxy passes the original request's URI in, and the only one read (X-Forwarded-Uri behind Traefik or Caddy)")
+	fs.StringVar(&b.methodHeader, "auth-method-header", server.DefaultMethodHeader, "/auth: the header the proxy passes the original request's method in, and the only one read (X-Forwarded-Method behind Traefik or Caddy)")
+}
+
+func (b *requestBounds) options() ([]server.Option, error) {
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--max-descriptors", b.descriptors}, {"--max-entries", b.entries}, {"--max-hits", b.hits}, {"--max-request-bytes", b.bytes}} {
+		if v.n <= 0 {
+			return nil, fmt.Errorf("%s %d: want a positive number", v.name, v.n)
+		}
+	}
+	return []server.Option{server.WithMaxDescriptors(b.descriptors), server.WithMaxEntries(b.entries),
+		server.WithMaxHits(b.hits), server.WithMaxRequestBytes(b.bytes)}, nil
 }
 
 // multiFlag is a flag that may be given several times.
@@ -106,6 +142,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.bounds.register(fs)
 }
 
 // setup builds the logger, the store and the server from the flags, loads
@@ -143,6 +180,10 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	}
 	if f.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
+	}
+	bounds, err := f.bounds.options()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	rules, err := config.Load(f.config)
 	if err != nil {
@@ -193,9 +234,9 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 		// microsecond), so a deadline would only cost a timer per request.
 		timeout = 0
 	}
-	srv, err := server.New(store,
+	srv, err := server.New(store, append(bounds,
 		server.WithTimeout(timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogger(log), server.WithPing(ping), server.WithHeaders(flavor))
+		server.WithLogger(log), server.WithPing(ping), server.WithHeaders(flavor))...)
 	if err != nil {
 		cleanup()
 		return nil, nil, nil, err
@@ -238,6 +279,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	var f serveFlags
 	f.register(fs)
 	f.registerHTTP(fs, "127.0.0.0/8,::1/128")
+	f.bounds.registerAuth(fs)
 	httpAddr := fs.String("http", "", "HTTP address for /json, /auth, /healthcheck, /readyz, /metrics (default 127.0.0.1:8080; :8080 with --listen-all)")
 	grpcAddr := fs.String("grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
 	listenAll := fs.Bool("listen-all", false, "listen on every interface for the default addresses, not only on loopback")
@@ -292,6 +334,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2
 	}
+	rules.URIHeader, rules.MethodHeader = f.bounds.uriHeader, f.bounds.methodHeader
 	auth, err := srv.AuthHandler(rules)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
@@ -313,7 +356,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	mux.Handle("/auth", auth)
 	// Stream workers reuse goroutines whose stacks have grown, instead of
 	// growing a fresh one for every request.
-	g := grpc.NewServer(append(conns.grpcOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
+	g := grpc.NewServer(append(append(conns.grpcOptions(), srv.GRPCServerOptions()...), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
 	hs := conns.httpServer(mux, log)
 

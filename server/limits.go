@@ -1,0 +1,171 @@
+package server
+
+import (
+	"fmt"
+	"math"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+// Bounds on one request. A request is built by a gateway from a route's
+// configuration, so a real one has a handful of descriptors of a few
+// entries each and is a few hundred bytes; the bounds are far above that
+// and far below what would let one caller spend the service's memory or
+// the store's time. A request past any of them is refused as a whole,
+// before the store is asked anything: gRPC InvalidArgument, HTTP 400 (413
+// for a body over the size), counted in tollgate_serve_invalid_total.
+const (
+	// DefaultMaxDescriptors is how many descriptors one request may carry
+	// unless WithMaxDescriptors says otherwise. Each descriptor is one
+	// store call within the request's deadline, one status in the answer
+	// and one item in the RateLimit-Policy and RateLimit fields; 64 is
+	// ten times what Envoy's richest route configurations send.
+	DefaultMaxDescriptors = 64
+	// DefaultMaxEntries is how many entries one descriptor may have unless
+	// WithMaxEntries says otherwise. Rules nest one level per entry, and
+	// rules files in the wild nest at most four or five deep.
+	DefaultMaxEntries = 16
+	// DefaultMaxHits is the largest hits_addend (request-wide or on a
+	// descriptor) a caller may send unless WithMaxHits says otherwise. A
+	// sliding_window_log rule writes one log entry per hit, so a call's
+	// cost in Redis grows with its hits (a million hold Redis for seconds);
+	// 1,000 keep one call near a millisecond. Raise it for rules of other
+	// algorithms that count large amounts, such as bytes or tokens.
+	DefaultMaxHits = 1000
+	// DefaultMaxRequestBytes bounds one request's encoded size, a gRPC
+	// message or a /json body, unless WithMaxRequestBytes says otherwise:
+	// 64 KiB is 64 descriptors with a kilobyte of entries each.
+	DefaultMaxRequestBytes = 64 << 10
+)
+
+// WithMaxDescriptors sets how many descriptors one request may carry
+// (default DefaultMaxDescriptors); a request with more is invalid. For the
+// auth endpoint and the proxy it bounds the descriptor specs too. n ≤ 0
+// keeps the default.
+func WithMaxDescriptors(n int) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.maxDescriptors = n
+		}
+	}
+}
+
+// WithMaxEntries sets how many entries one descriptor may have (default
+// DefaultMaxEntries); a request with a longer one is invalid. n ≤ 0 keeps
+// the default.
+func WithMaxEntries(n int) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.maxEntries = n
+		}
+	}
+}
+
+// WithMaxHits sets the largest hits_addend a caller may send, on the
+// request or on a descriptor (default DefaultMaxHits); a request with a
+// larger one is invalid. The rule's cost multiplies it afterwards, and a
+// total above what the rule can ever admit at once (Limit.Capacity) is
+// invalid too. n ≤ 0 keeps the default.
+func WithMaxHits(n int) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.maxHits = n
+		}
+	}
+}
+
+// WithMaxRequestBytes sets the largest request, in bytes: a /json body
+// over it is answered 413, and GRPCServerOptions limits received gRPC
+// messages to it (gRPC answers ResourceExhausted). Default
+// DefaultMaxRequestBytes; n ≤ 0 keeps the default.
+func WithMaxRequestBytes(n int) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.maxBytes = n
+		}
+	}
+}
+
+// GRPCServerOptions returns the options the gRPC server that the Server is
+// registered on (RegisterGRPC) should be made with: the largest message it
+// receives (WithMaxRequestBytes). Without them grpc-go accepts 4 MB
+// messages, hundreds of thousands of descriptors.
+func (s *Server) GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBytes)}
+}
+
+// Reasons a request is invalid, for tollgate_serve_invalid_total.
+const (
+	invalidRequest     = iota // no domain, no descriptors, a body that does not decode
+	invalidDescriptors        // more descriptors than the bound
+	invalidEntries            // a descriptor with more entries than the bound
+	invalidHits               // a hits_addend above the bound
+	invalidOverride           // a descriptor's own limit no store can count with
+	invalidTooLarge           // a body over the size bound
+	invalidAuth               // the auth endpoint: a missing header, a bad path or query
+	numInvalid
+)
+
+var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth"}
+
+// check refuses a request past the bounds before any rule is looked up.
+func (s *Server) check(api int, req *pb.RateLimitRequest) error {
+	if req.GetDomain() == "" {
+		return s.invalid(api, invalidRequest, "rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return s.invalid(api, invalidRequest, "rate limit descriptor list must not be empty")
+	}
+	if len(descs) > s.maxDescriptors {
+		return s.invalid(api, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.maxDescriptors))
+	}
+	if h := req.GetHitsAddend(); uint64(h) > uint64(s.maxHits) {
+		return s.invalid(api, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.maxHits))
+	}
+	for i, d := range descs {
+		if n := len(d.GetEntries()); n > s.maxEntries {
+			return s.invalid(api, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
+		}
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) {
+			return s.invalid(api, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
+		}
+	}
+	return nil
+}
+
+// checkItems refuses a request one of whose descriptors carries a limit of
+// its own that is not a valid limit (an unknown unit, a period longer than
+// a store counts; 0 requests per unit denies, as a rule's does). That is
+// the caller's mistake, not a decision. A cost above what a rule can ever
+// admit is not refused here: it is over the limit (see spend), as
+// envoyproxy/ratelimit answers it, so that a gateway failing open on
+// errors does not let it through.
+func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) error {
+	for i := range items {
+		it := &items[i]
+		r := it.rule
+		if r == nil || it.dropped {
+			continue
+		}
+		if it.state == nil { // a descriptor's own limit
+			if r.Unlimited {
+				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit has no unit", i))
+			}
+			if err := r.Limit.Validate(); err != nil && !r.DenyAll() {
+				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit: %v", i, err))
+			}
+		}
+	}
+	return nil
+}
+
+// cost is hits × the rule's cost, or math.MaxInt when that overflows.
+func cost(hits, ruleCost int) int {
+	n := hits * ruleCost
+	if hits > 0 && n/hits != ruleCost {
+		return math.MaxInt
+	}
+	return n
+}
