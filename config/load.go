@@ -126,7 +126,7 @@ func listFiles(path string, max int) ([]string, error) {
 		entries, err := d.ReadDir(256)
 		for _, e := range entries {
 			name := e.Name()
-			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			if !isRulesFile(name) {
 				continue
 			}
 			f := filepath.Join(path, name)
