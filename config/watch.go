@@ -14,7 +14,9 @@ import (
 // Watch calls changed whenever something may have changed the rules at
 // path — a file written, created, removed or renamed — until ctx ends.
 // Bursts of events are folded into one call after a quiet period of
-// debounce (100 ms when 0). changed runs on Watch's goroutine; it should
+// debounce (100 ms when 0), or at the latest 10 × debounce after the
+// burst began, so that a directory written without pause is still
+// reloaded. changed runs on Watch's goroutine; it should
 // load the rules with Load, compare them with Rules.Same and swap them in.
 // Watch returns when ctx ends, or at once with an error when the watch
 // cannot be set up.
@@ -57,6 +59,14 @@ func Watch(ctx context.Context, path string, debounce time.Duration, changed fun
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var burst time.Time // when the first event not yet acted on came; zero if none
+	wake := func() {
+		now := time.Now()
+		if burst.IsZero() {
+			burst = now
+		}
+		timer.Reset(min(debounce, max(burst.Add(10*debounce).Sub(now), 0)))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -68,14 +78,15 @@ func Watch(ctx context.Context, path string, debounce time.Duration, changed fun
 			if ev.Op == fsnotify.Chmod || !ws.relevant(ev.Name) {
 				continue
 			}
-			timer.Reset(debounce)
+			wake()
 		case _, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			// An overflow loses events: reload to be safe.
-			timer.Reset(debounce)
+			wake()
 		case <-timer.C:
+			burst = time.Time{}
 			// Best effort: a directory that cannot be watched now is tried
 			// again after the next event, and the one above path is
 			// watched whatever happens below it.

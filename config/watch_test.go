@@ -189,3 +189,40 @@ func TestWatchFollowsReplacement(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchUnderConstantWrites writes the rules without pause, faster than
+// the quiet period Watch waits for, and wants them reloaded meanwhile
+// rather than only once the writes stop.
+func TestWatchUnderConstantWrites(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(versionFile(1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changed := make(chan struct{}, 1)
+	go config.Watch(ctx, path, 300*time.Millisecond, func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	// A write every 2ms for up to 15s never leaves the 300ms of quiet
+	// that ends a burst: only the cap on a burst's length reloads.
+	deadline := time.Now().Add(15 * time.Second)
+	for v := 2; ; v++ {
+		if err := os.WriteFile(path, []byte(versionFile(v)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reload within 15s of writes without pause")
+		}
+	}
+}
