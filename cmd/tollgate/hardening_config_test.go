@@ -141,6 +141,7 @@ func TestServeFollowsReplacedRules(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, file, config string }{
 		{"configmap volume", "rules.yaml", "."},
+		{"configmap file", "rules.yaml", "rules.yaml"},
 		{"configmap subdirectory", "rules/rules.yaml", "rules"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
