@@ -28,8 +28,9 @@ type Limits struct {
 	// one file may hold once its aliases are expanded: an alias counts as
 	// a full copy of what it names, every time it is used. This is what
 	// stops a few hundred bytes of nested aliases ("billion laughs") from
-	// expanding into millions of rules. Default 250,000, about three times
-	// what the largest file that MaxFileSize admits holds without aliases.
+	// expanding into millions of rules. Default 250,000: rules written in
+	// the style of envoyproxy/ratelimit's examples take 8 to 20 bytes a
+	// node, so a file of MaxFileSize holds 55,000 to 130,000 of them.
 	MaxNodes int
 	// MaxScalarBytes is the most bytes of text (keys, values, names) one
 	// file may hold once its aliases are expanded, counted like MaxNodes:
