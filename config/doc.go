@@ -53,4 +53,18 @@
 //
 // Anything else is an error naming the file, the line and the column, and
 // so is every invalid value; Load returns every error of a file at once.
+//
+// # Untrusted files
+//
+// Whoever can write the rules decides what a service loads, on every
+// reload, so Load treats each file as untrusted input and bounds what it
+// can cost (see Limits): the size and number of files, how deep
+// descriptors nest, how many there are, how long a key or value is, and
+// what a file becomes once its YAML aliases are expanded. Anchors and
+// aliases are accepted, as envoyproxy/ratelimit accepts them, but each use
+// of an alias counts as a copy of what it names, so a few hundred bytes of
+// aliases of aliases, or an anchor used inside itself, is refused with the
+// line of the alias instead of expanding into millions of rules. A file
+// over a limit is an error like any other: a reload keeps the rules in
+// force.
 package config

@@ -40,17 +40,24 @@ const maxErrors = 20
 // file directly in a directory (names starting with '.' are skipped, which
 // suits Kubernetes ConfigMap volumes). Every file is parsed and validated;
 // on any error Load returns nil and an error listing up to 20 problems, each
-// with its file, line and column.
-func Load(path string) (*Rules, error) {
-	files, err := listFiles(path)
+// with its file, line and column. Files over the limits (see Limits) are
+// errors too: Load never reads more than MaxFileSize bytes of a file, nor
+// anything but regular files (or symlinks to them).
+func Load(path string, opts ...Option) (*Rules, error) {
+	o := newOptions(opts)
+	files, err := listFiles(path, o.limits.MaxFiles)
 	if err != nil {
 		return nil, err
 	}
-	b := newBuilder()
+	b := newBuilder(o.limits)
+	var total int64
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f, o.limits.MaxFileSize)
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return nil, err
+		}
+		if total += int64(len(data)); total > o.limits.MaxTotalSize {
+			return nil, fmt.Errorf("config: %s: the files of %s add up to more than the limit of %d bytes", f, path, o.limits.MaxTotalSize)
 		}
 		b.file(f, data)
 	}
@@ -58,13 +65,50 @@ func Load(path string) (*Rules, error) {
 }
 
 // Parse reads the rules in one file's contents; name is used in errors.
-func Parse(name string, data []byte) (*Rules, error) {
-	b := newBuilder()
+func Parse(name string, data []byte, opts ...Option) (*Rules, error) {
+	o := newOptions(opts)
+	if int64(len(data)) > o.limits.MaxFileSize {
+		return nil, fmt.Errorf("config: %s: the file is larger than the limit of %d bytes", name, o.limits.MaxFileSize)
+	}
+	b := newBuilder(o.limits)
 	b.file(name, data)
 	return b.finish()
 }
 
-func listFiles(path string) ([]string, error) {
+// readFile reads a regular file of at most max bytes. It checks the kind
+// before opening, so that a FIFO or a device named *.yaml cannot block or
+// flood the loader, and reads no more than max+1 bytes whatever the file
+// claims to hold.
+func readFile(name string, max int64) ([]byte, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("config: %s: not a regular file", name)
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("config: %s: the file is larger than the limit of %d bytes", name, max)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", name, err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("config: %s: the file is larger than the limit of %d bytes", name, max)
+	}
+	return data, nil
+}
+
+// listFiles returns the files to load at path, sorted, refusing a
+// directory of more than max of them. It reads the directory in batches
+// and keeps only the names it will load.
+func listFiles(path string, max int) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -72,21 +116,34 @@ func listFiles(path string) ([]string, error) {
 	if !fi.IsDir() {
 		return []string{path}, nil
 	}
-	entries, err := os.ReadDir(path)
+	d, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	defer d.Close()
 	var files []string
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
+	for {
+		entries, err := d.ReadDir(256)
+		for _, e := range entries {
+			name := e.Name()
+			if !isRulesFile(name) {
+				continue
+			}
+			f := filepath.Join(path, name)
+			if st, err := os.Stat(f); err != nil || st.IsDir() {
+				continue // a dangling symlink or a directory named *.yaml
+			}
+			if len(files) == max {
+				return nil, fmt.Errorf("config: %s holds more than the limit of %d .yaml and .yml files", path, max)
+			}
+			files = append(files, f)
 		}
-		f := filepath.Join(path, name)
-		if st, err := os.Stat(f); err != nil || st.IsDir() {
-			continue // a dangling symlink or a directory named *.yaml
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		files = append(files, f)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
 	}
 	if len(files) == 0 {
 		return nil, fmt.Errorf("config: %s holds no .yaml or .yml file", path)
@@ -103,12 +160,18 @@ type builder struct {
 	name     string
 	alg      *tollgate.Algorithm
 	failMode FailureMode
+
+	limits  Limits
+	exp     expansion // of the file being read
+	ndesc   int       // descriptors so far, in every file
+	tooMany bool      // MaxDescriptors was passed: stop reading
 }
 
-func newBuilder() *builder {
+func newBuilder(l Limits) *builder {
 	return &builder{
 		rules:   &Rules{domains: map[string]*node{}, sources: map[string]string{}},
 		domains: map[string]string{},
+		limits:  l,
 	}
 }
 
@@ -151,6 +214,7 @@ func (b *builder) file(name string, data []byte) {
 	b.name = name
 	b.rules.files = append(b.rules.files, name)
 	b.rules.sources[name] = string(data)
+	b.exp = expansion{maxNodes: b.limits.MaxNodes, maxBytes: b.limits.MaxScalarBytes}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	docs := 0
 	for {
@@ -167,7 +231,10 @@ func (b *builder) file(name string, data []byte) {
 			continue // an empty document, such as after a trailing "---"
 		}
 		docs++
-		b.document(doc.Content[0])
+		if !b.checkExpansion(&doc) {
+			return
+		}
+		b.document(deref(doc.Content[0]))
 	}
 	if docs == 0 {
 		b.errs = append(b.errs, &Error{File: name, Msg: "no domain: the file is empty"})
@@ -183,11 +250,12 @@ func (b *builder) document(root *yaml.Node) {
 		return
 	}
 	var domain string
+	var domainOK = true
 	var domainNode, descs *yaml.Node
 	b.mapping(root, rootKeys, func(k string, key, v *yaml.Node) {
 		switch k {
 		case "domain":
-			domain, _ = b.str(v)
+			domain, domainOK = b.str(v)
 			domainNode = v
 		case "descriptors":
 			descs = v
@@ -205,6 +273,9 @@ func (b *builder) document(root *yaml.Node) {
 		}
 	})
 	if domain == "" {
+		if !domainOK {
+			return // already reported
+		}
 		if domainNode == nil {
 			domainNode = root
 		}
@@ -242,8 +313,21 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 		b.errorf(seq, "descriptors must be a list, found %s", kindName(seq))
 		return
 	}
+	if len(path) >= b.limits.MaxDepth {
+		b.errorf(seq, "descriptors nested deeper than %d levels (the limit)", b.limits.MaxDepth)
+		return
+	}
 	seen := map[kv]int{}
 	for _, d := range seq.Content {
+		if b.tooMany {
+			return
+		}
+		d = deref(d)
+		if b.ndesc++; b.ndesc > b.limits.MaxDescriptors {
+			b.tooMany = true
+			b.errorf(d, "more than the limit of %d descriptors", b.limits.MaxDescriptors)
+			return
+		}
 		if d.Kind != yaml.MappingNode {
 			b.errorf(d, "a descriptor must be a mapping with a key, found %s", kindName(d))
 			continue
@@ -253,11 +337,12 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 			keyNode, valueNode, rl, children              *yaml.Node
 			shadow, quota, detailed, toMetric, shareThres bool
 			shareNode                                     *yaml.Node
+			keyOK                                         = true
 		)
 		b.mapping(d, descriptorKeys, func(k string, kn, v *yaml.Node) {
 			switch k {
 			case "key":
-				key, _ = b.str(v)
+				key, keyOK = b.str(v)
 				keyNode = v
 			case "value":
 				value, _ = b.str(v)
@@ -283,6 +368,9 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 			}
 		})
 		if key == "" {
+			if !keyOK {
+				continue // already reported
+			}
 			if keyNode == nil {
 				keyNode = d
 			}
@@ -496,6 +584,7 @@ func (b *builder) replaces(seq *yaml.Node, own string) []string {
 	}
 	var names []string
 	for _, e := range seq.Content {
+		e = deref(e)
 		if e.Kind != yaml.MappingNode {
 			b.errorf(e, "a replaces entry must be a mapping with a name, found %s", kindName(e))
 			continue
@@ -518,10 +607,7 @@ func (b *builder) replaces(seq *yaml.Node, own string) []string {
 func (b *builder) mapping(m *yaml.Node, allowed []string, f func(k string, key, value *yaml.Node)) {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		if v.Kind == yaml.AliasNode && v.Alias != nil {
-			v = v.Alias
-		}
+		k, v := m.Content[i], deref(m.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			b.errorf(k, "a key must be a string, found %s", kindName(k))
 			continue
@@ -551,7 +637,20 @@ func (b *builder) str(v *yaml.Node) (string, bool) {
 	if v.Tag == "!!null" {
 		return "", true
 	}
+	if len(v.Value) > b.limits.MaxValueLen {
+		b.errorf(v, "%d bytes, more than the limit of %d for a domain, key, value or name", len(v.Value), b.limits.MaxValueLen)
+		return "", false
+	}
 	return v.Value, true
+}
+
+// deref returns what an alias names, and any other node as it is. The
+// walk through aliases is bounded by checkExpansion, which runs first.
+func deref(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
 }
 
 func (b *builder) boolean(v *yaml.Node) bool {
