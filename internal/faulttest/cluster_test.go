@@ -257,11 +257,14 @@ func TestClusterSpread(t *testing.T) {
 // capacity minus what it was admitted, for a test that lasts less than a
 // minute: the window algorithms count within one day-long window (unless
 // the test runs across midnight UTC), and the buckets refill one token per
-// 86.4 s. Spending never runs out: the capacity is 100,000.
+// 86.4 s. Spending never runs out: the capacity is 100,000 (the sliding
+// window log's is MaxLogRate, far more than a key is asked for here).
 func exactLimit(a tollgate.Algorithm) tollgate.Limit {
 	switch a {
 	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
 		return tollgate.Limit{Algorithm: a, Rate: 1000, Period: 24 * time.Hour, Burst: 100_000}
+	case tollgate.SlidingWindowLog:
+		return tollgate.Limit{Algorithm: a, Rate: tollgate.MaxLogRate, Period: 24 * time.Hour}
 	}
 	return tollgate.Limit{Algorithm: a, Rate: 100_000, Period: 24 * time.Hour}
 }
