@@ -72,10 +72,10 @@ func ExampleLimit_String() {
 }
 
 func ExampleLimit_Validate() {
-	err := tollgate.Limit{Rate: 10, Period: time.Second}.Validate()
+	err := tollgate.Limit{Rate: 10, Period: time.Second, Burst: -1}.Validate()
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, tollgate.ErrInvalidLimit))
 	// Output:
-	// tollgate: invalid limit: token_bucket needs a burst of at least 1, got 0
+	// tollgate: invalid limit: token_bucket needs a burst of at least 1 (0 for a burst of rate), got -1
 	// true
 }

@@ -114,8 +114,9 @@ func (a *Algorithm) UnmarshalText(text []byte) error {
 // the next request.
 //
 // Rate events are allowed per Period. Burst is the capacity of TokenBucket,
-// GCRA and LeakyBucket (how many may arrive at once); the window algorithms
-// admit Rate per window and ignore Burst. MaxDelay > 0 turns a LeakyBucket
+// GCRA and LeakyBucket (how many may arrive at once); 0 means a burst of
+// Rate, as in the rules files. The window algorithms admit Rate per window
+// and ignore Burst. MaxDelay > 0 turns a LeakyBucket
 // into a shaper (see LeakyBucket) and is invalid on other algorithms.
 //
 // The state of a key is kept per (key, Algorithm, Period): changing Rate or
@@ -148,7 +149,7 @@ func per(rate int, period time.Duration) Limit {
 // Validate reports why l cannot be used, as an error wrapping
 // ErrInvalidLimit, or nil. Every Store calls it before doing anything.
 //
-// Beyond the obvious (Rate ≥ 1, Period > 0, Burst ≥ 1 for the bucket
+// Beyond the obvious (Rate ≥ 1, Period > 0, Burst ≥ 0 for the bucket
 // algorithms, a known Algorithm), the quantities a limit implies must stay
 // exact in a double, the only number Redis's Lua has: Period and MaxDelay are
 // whole microseconds of at most 2^46 µs (about 814 days), and the counters a
@@ -192,7 +193,11 @@ func (l Limit) String() string {
 	switch l.Algorithm {
 	case TokenBucket, GCRA, LeakyBucket:
 		b = append(b, " burst "...)
-		b = strconv.AppendInt(b, int64(l.Burst), 10)
+		burst := l.Burst
+		if burst == 0 {
+			burst = l.Rate
+		}
+		b = strconv.AppendInt(b, int64(burst), 10)
 	}
 	b = append(b, ' ')
 	b = append(b, l.Algorithm.String()...)
@@ -307,8 +312,11 @@ func (l Limit) computeParams() (Params, error) {
 		}
 		p.Capacity = p.Rate
 	case TokenBucket, GCRA, LeakyBucket:
-		if l.Burst < 1 {
-			return p, fmt.Errorf("%w: %s needs a burst of at least 1, got %d", ErrInvalidLimit, l.Algorithm, l.Burst)
+		if l.Burst < 0 {
+			return p, fmt.Errorf("%w: %s needs a burst of at least 1 (0 for a burst of rate), got %d", ErrInvalidLimit, l.Algorithm, l.Burst)
+		}
+		if l.Burst == 0 {
+			p.Burst = p.Rate
 		}
 		g := exact.GCD(p.Rate, p.PeriodUS)
 		p.Unit, p.UnitRate = p.PeriodUS/g, p.Rate/g

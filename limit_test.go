@@ -26,15 +26,17 @@ func TestValidate(t *testing.T) {
 		{"sliding log at its bound", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate, Period: s}, true},
 		{"gcra below a µs", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 2_000_000, Period: s, Burst: 2_000_000}, true},
 
+		{"zero burst is a burst of rate", tollgate.Limit{Rate: 5, Period: s}, true},
+		{"negative burst", tollgate.Limit{Rate: 5, Period: s, Burst: -1}, false},
 		{"zero rate", tollgate.Limit{Rate: 0, Period: s, Burst: 1}, false},
 		{"negative rate", tollgate.Limit{Rate: -1, Period: s, Burst: 1}, false},
 		{"zero period", tollgate.Limit{Rate: 1, Burst: 1}, false},
 		{"negative period", tollgate.Limit{Rate: 1, Period: -s, Burst: 1}, false},
 		{"sub-microsecond period", tollgate.Limit{Rate: 1, Period: 1500 * time.Nanosecond, Burst: 1}, false},
 		{"period over 814 days", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 1, Period: 1000 * 24 * time.Hour}, false},
-		{"bucket without burst", tollgate.Limit{Rate: 1, Period: s}, false},
-		{"gcra without burst", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 1, Period: s}, false},
-		{"leaky without burst", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: s}, false},
+		{"bucket without burst is a burst of rate", tollgate.Limit{Rate: 1, Period: s}, true},
+		{"gcra without burst is a burst of rate", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 1, Period: s}, true},
+		{"leaky without burst is a burst of rate", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: s}, true},
 		{"unknown algorithm", tollgate.Limit{Algorithm: 6, Rate: 1, Period: s, Burst: 1}, false},
 		{"max delay on token bucket", tollgate.Limit{Rate: 1, Period: s, Burst: 1, MaxDelay: s}, false},
 		{"negative max delay", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: s, Burst: 1, MaxDelay: -s}, false},
@@ -78,6 +80,7 @@ func TestLimitString(t *testing.T) {
 		{tollgate.PerHour(5), "5/h burst 5 token_bucket"},
 		{tollgate.PerDay(1000), "1000/24h burst 1000 token_bucket"},
 		{tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: 90 * time.Second, Burst: 2}, "3/1m30s burst 2 gcra"},
+		{tollgate.Limit{Rate: 4, Period: time.Minute}, "4/m burst 4 token_bucket"},
 		{tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 7, Period: 10 * time.Minute}, "7/10m fixed_window"},
 		{tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 5, Period: 250 * time.Millisecond}, "5/250ms sliding_window_log"},
 		{tollgate.Limit{Algorithm: 9, Rate: 1, Period: time.Second}, "1/s Algorithm(9)"},
@@ -95,6 +98,7 @@ func TestCapacity(t *testing.T) {
 		want  int
 	}{
 		{tollgate.Limit{Rate: 2, Period: time.Second, Burst: 5}, 5},
+		{tollgate.Limit{Rate: 7, Period: time.Second}, 7}, // burst 0: a burst of rate
 		{tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 7, Period: time.Second, Burst: 100}, 7},
 		// Shaping: from empty, 2s of delay at 2/s queues 4 more than the burst.
 		{tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: time.Second, Burst: 1, MaxDelay: 2 * time.Second}, 5},

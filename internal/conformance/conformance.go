@@ -504,7 +504,7 @@ func invalid(t *testing.T, s tollgate.Store, clock *Clock) {
 		{"key too long", long, good, 1, tollgate.ErrInvalidKey},
 		{"zero rate", key, tollgate.Limit{Rate: 0, Period: time.Second, Burst: 1}, 1, tollgate.ErrInvalidLimit},
 		{"negative period", key, tollgate.Limit{Rate: 1, Period: -time.Second, Burst: 1}, 1, tollgate.ErrInvalidLimit},
-		{"no burst", key, tollgate.Limit{Rate: 1, Period: time.Second}, 1, tollgate.ErrInvalidLimit},
+		{"negative burst", key, tollgate.Limit{Rate: 1, Period: time.Second, Burst: -1}, 1, tollgate.ErrInvalidLimit},
 		{"unknown algorithm", key, tollgate.Limit{Algorithm: 42, Rate: 1, Period: time.Second, Burst: 1}, 1, tollgate.ErrInvalidLimit},
 		{"negative cost", key, good, -1, tollgate.ErrInvalidCost},
 		{"cost above burst", key, good, 6, tollgate.ErrCostExceedsBurst},
