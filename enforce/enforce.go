@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
 )
 

@@ -45,9 +45,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // Policy is a named limit (see enforce.Policy).

@@ -34,7 +34,7 @@
 // context, before the handler runs.
 //
 // The decisions and the engine behind them live in package enforce; the
-// headers in httplimit/headers; client addresses in httplimit/clientip.
+// headers in headers; client addresses in clientip.
 package httplimit
 
 import (
@@ -50,9 +50,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // Policy is a named limit (see enforce.Policy).

@@ -27,7 +27,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
 )
 

@@ -22,9 +22,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 	"github.com/tollgate/tollgate/server"
