@@ -95,8 +95,12 @@ type Option func(*Server)
 // WithTimeout sets the deadline of each request's store calls together
 // (default 50 ms). When it passes, each rule's failure mode decides.
 // Requests starting within a millisecond of each other share one timer, so
-// a request may get up to a millisecond more. 0 sets none, for a store that
-// never waits (memorystore).
+// a request may get up to a millisecond more. A caller's own deadline that
+// comes sooner (Envoy's filter sends 20 ms by default) bounds the store
+// calls instead, less a reserve for the answer's way back (a quarter of the
+// time the caller has left, at most 10 ms), so that a slow store is
+// answered by failure mode while the caller still waits. 0 sets no
+// deadline at all, for a store that never waits (memorystore).
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
 
 // WithFailureMode sets what rules without their own failure_mode answer
@@ -356,7 +360,10 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			st.DurationUntilReset = roundUp(res.RetryAfter)
 		} else {
 			if !withDeadline && s.deadlines != nil {
-				ctx, withDeadline = s.deadlines.Context(ctx), true
+				var cancel context.CancelFunc
+				ctx, cancel = s.deadlines.AnswerBy(ctx)
+				defer cancel()
+				withDeadline = true
 			}
 			if expired(ctx) {
 				// The request's deadline has passed (a store call
