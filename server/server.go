@@ -27,13 +27,10 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
 )
-
-// DefaultTimeout is the deadline of a request's store calls unless
-// WithTimeout says otherwise.
-const DefaultTimeout = 50 * time.Millisecond
 
 // Server decides rate-limit requests against its rules and store. It is
 // safe for concurrent use; its rules can be swapped at any time (SetRules,
@@ -93,7 +90,7 @@ func (st *ruleState) counter(m *metrics, o outcome) prometheus.Counter {
 type Option func(*Server)
 
 // WithTimeout sets the deadline of each request's store calls together
-// (default 50 ms). When it passes, each rule's failure mode decides.
+// (default enforce.DefaultTimeout, 50 ms, as for the middleware). When it passes, each rule's failure mode decides.
 // Requests starting within a millisecond of each other share one timer, so
 // a request may get up to a millisecond more. A caller's own deadline that
 // comes sooner (Envoy's filter sends 20 ms by default) bounds the store
@@ -138,7 +135,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // SetRules or Reload; until then every descriptor is answered OK and
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
-	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
+	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
 		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
 	for _, o := range opts {
 		o(s)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -272,7 +273,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		timeout time.Duration
-	}{{"no_deadline", 0}, {"deadline", DefaultTimeout}} {
+	}{{"no_deadline", 0}, {"deadline", enforce.DefaultTimeout}} {
 		b.Run(bc.name, func(b *testing.B) {
 			s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(bc.timeout))
 			reqs := make([]*pb.RateLimitRequest, 1024)
