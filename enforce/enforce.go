@@ -19,8 +19,8 @@
 // When the store fails or misses the deadline (default 50 ms), a FailOpen
 // rule lets the request through and a FailClosed rule rejects it; either
 // way the event is counted, and logged at most once per log interval with
-// the number of events suppressed since, so a Redis outage produces one
-// line every few seconds, not one per request. A dry-run rule decides and
+// the number of events left out since (similar_events_not_logged), so a
+// Redis outage produces one line every few seconds, not one per request. A dry-run rule decides and
 // reports like any other but never blocks: its denials are counted as
 // dry_run_denied.
 package enforce
@@ -43,8 +43,9 @@ import (
 // Redis cannot hold requests.
 const DefaultTimeout = 50 * time.Millisecond
 
-// DefaultLogInterval is how often, at most, failures are logged.
-const DefaultLogInterval = 10 * time.Second
+// DefaultLogInterval is how often, at most, failures are logged: every
+// door (httplimit, grpclimit, the decision service) uses the same.
+const DefaultLogInterval = guard.DefaultInterval
 
 // Policy is a named limit: the name is what clients see in RateLimit-Policy
 // and RateLimit, and what a 429 body says was violated.
@@ -170,7 +171,8 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l }
 
 // WithLogInterval logs store failures at most once per d (default
 // DefaultLogInterval); each record says how many were left out since the
-// previous one. 0 logs every failure.
+// previous one, in its similar_events_not_logged attribute. 0 logs every
+// failure.
 func WithLogInterval(d time.Duration) Option { return func(e *Engine) { e.failLog.Every = d } }
 
 // New returns an Engine deciding against store.
@@ -360,7 +362,7 @@ func (r *Rule) count(o Outcome) {
 // interval ago; the next record reports how many were left out.
 // The key is not logged: it may be an API key.
 func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outcome, err error) {
-	ok, suppressed := e.failLog.Allow(e.now())
+	ok, skipped := e.failLog.Allow(e.now())
 	if !ok {
 		return
 	}
@@ -376,6 +378,6 @@ func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outco
 		slog.String("policy", policy),
 		slog.String("outcome", o.String()),
 		slog.String("error", err.Error()),
-		slog.Int("suppressed", suppressed),
+		guard.Skipped(skipped),
 	)
 }

@@ -104,7 +104,7 @@ func TestFailureLogRateLimited(t *testing.T) {
 	}
 	var suppressed int64 = -1
 	logs.recs[1].Attrs(func(a slog.Attr) bool {
-		if a.Key == "suppressed" {
+		if a.Key == "similar_events_not_logged" {
 			suppressed = a.Value.Int64()
 		}
 		return true

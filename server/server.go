@@ -108,6 +108,12 @@ func WithFailureMode(m config.FailureMode) Option { return func(s *Server) { s.f
 // every decision is made and counted, but the overall answer is always OK.
 func WithShadowMode(on bool) Option { return func(s *Server) { s.shadow = on } }
 
+// WithLogInterval logs store failures at most once per d (default
+// enforce.DefaultLogInterval, 10 s, as for the middleware); each record
+// says how many were left out since the previous one, in its
+// similar_events_not_logged attribute. 0 logs every failure.
+func WithLogInterval(d time.Duration) Option { return func(s *Server) { s.failLog.Every = d } }
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 
@@ -137,6 +143,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
 		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
+	s.failLog.Every = enforce.DefaultLogInterval
 	for _, o := range opts {
 		o(s)
 	}
@@ -146,7 +153,6 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	if s.timeout > 0 {
 		s.deadlines = guard.NewDeadlines(s.timeout)
 	}
-	s.failLog.Every = time.Second
 	if s.failMode == config.FailDefault {
 		s.failMode = config.FailOpen
 	}
@@ -471,9 +477,9 @@ func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) out
 		s.m.storeErrors[1].Inc()
 	}
 	o := s.failureOutcome(r)
-	if ok, folded := s.failLog.Allow(s.now()); ok {
+	if ok, skipped := s.failLog.Allow(s.now()); ok {
 		s.log.Warn("store failed; answered by the rule's failure mode",
-			"rule", r.ID, "failure_mode", s.failureMode(r).String(), "answer", outcomeNames[o], "error", err.Error(), "similar_events_not_logged", folded)
+			"rule", r.ID, "failure_mode", s.failureMode(r).String(), "answer", outcomeNames[o], "error", err.Error(), guard.Skipped(skipped))
 	}
 	return o
 }

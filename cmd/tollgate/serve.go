@@ -52,6 +52,7 @@ type serveFlags struct {
 	watch       bool
 	logFormat   string
 	logLevel    string
+	logInterval time.Duration
 	headers     string
 	// how HTTP requests become descriptors (the auth endpoint, the proxy)
 	domain      string
@@ -143,6 +144,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.logInterval, "log-interval", enforce.DefaultLogInterval, "log store failures and the Redis client's own lines at most once per this long, each line saying how many were left out (similar_events_not_logged); 0 logs every one")
 	f.bounds.register(fs)
 }
 
@@ -182,6 +184,9 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	if f.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
 	}
+	if f.logInterval < 0 {
+		return nil, nil, nil, fmt.Errorf("--log-interval %v: want a duration of 0 or more", f.logInterval)
+	}
 	bounds, err := f.bounds.options()
 	if err != nil {
 		return nil, nil, nil, err
@@ -205,7 +210,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	} else {
 		// go-redis logs through the service's logger, sampled and
 		// redacted, from its first connection on.
-		redis.SetLogger(newRedisLogger(log, target.redact))
+		redis.SetLogger(newRedisLogger(log, target.redact, f.logInterval))
 		if target.fromArgv {
 			log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
 		}
@@ -237,7 +242,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	}
 	srv, err := server.New(store, append(bounds,
 		server.WithTimeout(timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogger(log), server.WithPing(ping), server.WithHeaders(flavor))...)
+		server.WithLogger(log), server.WithLogInterval(f.logInterval), server.WithPing(ping), server.WithHeaders(flavor))...)
 	if err != nil {
 		cleanup()
 		return nil, nil, nil, err
