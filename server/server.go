@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
@@ -603,7 +601,9 @@ func roundUp(d time.Duration) *durationpb.Duration {
 // "rl|domain|key=value|key=value", with '|', '=' and '\' escaped by '\' so
 // that no two descriptors share a key, and with a share_threshold pattern
 // instead of the value where the rule has one. A key longer than the store
-// accepts is replaced by its SHA-256.
+// accepts becomes "rl#" and the SHA-256 of what follows "rl|"
+// (enforce.KeyString, as the middleware hashes): every literal key starts
+// with "rl|", so no descriptor can spell the hashed key of another.
 func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule) string {
 	var stack [256]byte
 	b := append(stack[:0], "rl|"...)
@@ -618,11 +618,7 @@ func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *con
 		}
 		b = appendEscaped(b, v)
 	}
-	if len(b) > tollgate.MaxKeyLen {
-		sum := sha256.Sum256(b)
-		return "rl#" + hex.EncodeToString(sum[:])
-	}
-	return string(b)
+	return enforce.KeyString(b, len("rl|"))
 }
 
 func appendEscaped(b []byte, s string) []byte {
