@@ -54,21 +54,31 @@ type Policy struct {
 	Limit tollgate.Limit
 }
 
-// FailureMode says what a rule does when the store cannot decide.
+// FailureMode says what a rule does when the store cannot decide. It is the
+// one failure mode of every door: httplimit and grpclimit rules, and the
+// rules files of the decision service (config.FailureMode is this type).
 type FailureMode uint8
 
 const (
+	// FailDefault, the zero value, defers to the default of whoever applies
+	// the rule: an Engine fails open; the decision service applies its
+	// --failure-mode, and a rule in its rules file without failure_mode
+	// has this one.
+	FailDefault FailureMode = iota
 	// FailOpen lets the request through: the usual choice for read-heavy
 	// endpoints, where an outage of the limiter must not take the API down.
-	FailOpen FailureMode = iota
-	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE): for
-	// login, payments and anything where unlimited traffic is the bigger risk.
+	FailOpen
+	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE, the
+	// service's OVER_LIMIT): for login, payments and anything where
+	// unlimited traffic is the bigger risk.
 	FailClosed
 )
 
-// String returns "fail_open" or "fail_closed".
+// String returns "fail_open", "fail_closed" or "default".
 func (m FailureMode) String() string {
 	switch m {
+	case FailDefault:
+		return "default"
 	case FailOpen:
 		return "fail_open"
 	case FailClosed:
@@ -86,7 +96,7 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	case "fail_closed", "closed":
 		return FailClosed, nil
 	}
-	return 0, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
+	return FailDefault, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
 }
 
 // Outcome is what a rule did with a request, as counted in metrics.
@@ -202,7 +212,7 @@ type Rule struct {
 	m      ruleMetrics
 }
 
-// Rule prepares a rule. The name must be 1 to 64 printable ASCII characters
+// Rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
 // without ':' (it namespaces keys and labels metrics).
 func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error) {
 	if err := CheckName("rule", name); err != nil {
@@ -210,6 +220,9 @@ func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error)
 	}
 	if mode > FailClosed {
 		return nil, fmt.Errorf("enforce: rule %q: unknown failure mode %d", name, mode)
+	}
+	if mode == FailDefault {
+		mode = FailOpen // an Engine's default
 	}
 	r := &Rule{e: e, name: name, mode: mode, dryRun: dryRun}
 	if e.metrics != nil {
@@ -221,7 +234,7 @@ func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error)
 // Name returns the rule's name.
 func (r *Rule) Name() string { return r.name }
 
-// FailureMode returns the rule's failure mode.
+// FailureMode returns the rule's failure mode: FailOpen or FailClosed.
 func (r *Rule) FailureMode() FailureMode { return r.mode }
 
 // DryRun reports whether the rule only reports and never blocks.

@@ -93,7 +93,7 @@ type Rule struct {
 	// Cost, if set, says how much a request spends (default 1). A cost
 	// below 1 means the request is not counted by this rule.
 	Cost func(*http.Request) int
-	// FailureMode: FailOpen (the default) or FailClosed.
+	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode
 	// DryRun rules report (headers, metrics) but never block.
 	DryRun bool

@@ -38,7 +38,7 @@ type Server struct {
 
 	store    tollgate.Store
 	timeout  time.Duration
-	failMode config.FailureMode
+	failMode enforce.FailureMode
 	shadow   bool
 	log      *slog.Logger
 	reg      *prometheus.Registry
@@ -99,8 +99,9 @@ type Option func(*Server)
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
 
 // WithFailureMode sets what rules without their own failure_mode answer
-// when the store fails: config.FailOpen (the default) or config.FailClosed.
-func WithFailureMode(m config.FailureMode) Option { return func(s *Server) { s.failMode = m } }
+// when the store fails: enforce.FailOpen (the default) or
+// enforce.FailClosed (config.FailureMode is the same type).
+func WithFailureMode(m enforce.FailureMode) Option { return func(s *Server) { s.failMode = m } }
 
 // WithShadowMode turns on the global shadow mode of envoyproxy/ratelimit:
 // every decision is made and counted, but the overall answer is always OK.
@@ -139,7 +140,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // SetRules or Reload; until then every descriptor is answered OK and
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
-	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
+	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: enforce.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
 		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
 	s.failLog.Every = enforce.DefaultLogInterval
 	for _, o := range opts {
@@ -151,8 +152,8 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	if s.timeout > 0 {
 		s.deadlines = guard.NewDeadlines(s.timeout)
 	}
-	if s.failMode == config.FailDefault {
-		s.failMode = config.FailOpen
+	if s.failMode == enforce.FailDefault {
+		s.failMode = enforce.FailOpen
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -483,8 +484,8 @@ func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) out
 }
 
 // failureMode is r's failure mode, or the server's when r has none.
-func (s *Server) failureMode(r *config.Rule) config.FailureMode {
-	if r.FailureMode == config.FailDefault {
+func (s *Server) failureMode(r *config.Rule) enforce.FailureMode {
+	if r.FailureMode == enforce.FailDefault {
 		return s.failMode
 	}
 	return r.FailureMode
@@ -492,7 +493,7 @@ func (s *Server) failureMode(r *config.Rule) config.FailureMode {
 
 // failureOutcome is how r answers when the store cannot.
 func (s *Server) failureOutcome(r *config.Rule) outcome {
-	if s.failureMode(r) == config.FailClosed {
+	if s.failureMode(r) == enforce.FailClosed {
 		return outcomeFailClosed
 	}
 	return outcomeFailOpen

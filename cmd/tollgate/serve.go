@@ -168,13 +168,8 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	if f.config == "" {
 		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
 	}
-	var mode config.FailureMode
-	switch f.failureMode {
-	case "open":
-		mode = config.FailOpen
-	case "closed":
-		mode = config.FailClosed
-	default:
+	mode, err := enforce.ParseFailureMode(f.failureMode)
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
 	}
 	flavor, err := headers.ParseFlavor(f.headers)
