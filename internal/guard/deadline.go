@@ -4,9 +4,12 @@
 // that start at about the same time (Deadlines), and a limit on how often
 // store failures are logged (Sampler).
 //
-// What a failure means — fail-open or fail-closed, which metric counts it,
-// what the log record says — stays with each caller: their metrics and log
-// records are part of their interfaces and differ on purpose.
+// A decision service, whose caller waits for the answer, bounds its calls
+// with AnswerBy: a reserve of the caller's time is kept for the answer.
+// Sampled logs share one cadence (DefaultInterval) and one name for the
+// count of records left out (SkippedKey). What a failure means — which
+// metric counts it, what the log message says — stays with each caller:
+// their metrics and messages are part of their interfaces.
 package guard
 
 import (
