@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 )
 
 // Unit is the time unit of an envoy rate limit. Its values are those of
@@ -72,28 +73,17 @@ func (u Unit) String() string {
 }
 
 // FailureMode says what a rule answers when the store fails or misses its
-// deadline.
-type FailureMode uint8
+// deadline: enforce's, the one failure mode of every door.
+type FailureMode = enforce.FailureMode
 
 const (
 	// FailDefault defers to the server's setting.
-	FailDefault FailureMode = iota
+	FailDefault = enforce.FailDefault
 	// FailOpen answers OK: traffic flows unlimited while the store is away.
-	FailOpen
+	FailOpen = enforce.FailOpen
 	// FailClosed answers OVER_LIMIT: nothing passes while the store is away.
-	FailClosed
+	FailClosed = enforce.FailClosed
 )
-
-// String returns "open", "closed" or "default".
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	}
-	return "default"
-}
 
 // Rule is one rate_limit of a file, as a server applies it. Rules are
 // immutable once loaded and shared by every request.

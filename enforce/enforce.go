@@ -19,8 +19,8 @@
 // When the store fails or misses the deadline (default 50 ms), a FailOpen
 // rule lets the request through and a FailClosed rule rejects it; either
 // way the event is counted, and logged at most once per log interval with
-// the number of events suppressed since, so a Redis outage produces one
-// line every few seconds, not one per request. A dry-run rule decides and
+// the number of events left out since (similar_events_not_logged), so a
+// Redis outage produces one line every few seconds, not one per request. A dry-run rule decides and
 // reports like any other but never blocks: its denials are counted as
 // dry_run_denied.
 package enforce
@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
 )
 
@@ -43,8 +43,9 @@ import (
 // Redis cannot hold requests.
 const DefaultTimeout = 50 * time.Millisecond
 
-// DefaultLogInterval is how often, at most, failures are logged.
-const DefaultLogInterval = 10 * time.Second
+// DefaultLogInterval is how often, at most, failures are logged: every
+// door (httplimit, grpclimit, the decision service) uses the same.
+const DefaultLogInterval = guard.DefaultInterval
 
 // Policy is a named limit: the name is what clients see in RateLimit-Policy
 // and RateLimit, and what a 429 body says was violated.
@@ -53,21 +54,31 @@ type Policy struct {
 	Limit tollgate.Limit
 }
 
-// FailureMode says what a rule does when the store cannot decide.
+// FailureMode says what a rule does when the store cannot decide. It is the
+// one failure mode of every door: httplimit and grpclimit rules, and the
+// rules files of the decision service (config.FailureMode is this type).
 type FailureMode uint8
 
 const (
+	// FailDefault, the zero value, defers to the default of whoever applies
+	// the rule: an Engine fails open; the decision service applies its
+	// --failure-mode, and a rule in its rules file without failure_mode
+	// has this one.
+	FailDefault FailureMode = iota
 	// FailOpen lets the request through: the usual choice for read-heavy
 	// endpoints, where an outage of the limiter must not take the API down.
-	FailOpen FailureMode = iota
-	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE): for
-	// login, payments and anything where unlimited traffic is the bigger risk.
+	FailOpen
+	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE, the
+	// service's OVER_LIMIT): for login, payments and anything where
+	// unlimited traffic is the bigger risk.
 	FailClosed
 )
 
-// String returns "fail_open" or "fail_closed".
+// String returns "fail_open", "fail_closed" or "default".
 func (m FailureMode) String() string {
 	switch m {
+	case FailDefault:
+		return "default"
 	case FailOpen:
 		return "fail_open"
 	case FailClosed:
@@ -85,7 +96,7 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	case "fail_closed", "closed":
 		return FailClosed, nil
 	}
-	return 0, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
+	return FailDefault, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
 }
 
 // Outcome is what a rule did with a request, as counted in metrics.
@@ -170,7 +181,8 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l }
 
 // WithLogInterval logs store failures at most once per d (default
 // DefaultLogInterval); each record says how many were left out since the
-// previous one. 0 logs every failure.
+// previous one, in its similar_events_not_logged attribute. 0 logs every
+// failure.
 func WithLogInterval(d time.Duration) Option { return func(e *Engine) { e.failLog.Every = d } }
 
 // New returns an Engine deciding against store.
@@ -200,7 +212,7 @@ type Rule struct {
 	m      ruleMetrics
 }
 
-// Rule prepares a rule. The name must be 1 to 64 printable ASCII characters
+// Rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
 // without ':' (it namespaces keys and labels metrics).
 func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error) {
 	if err := CheckName("rule", name); err != nil {
@@ -208,6 +220,9 @@ func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error)
 	}
 	if mode > FailClosed {
 		return nil, fmt.Errorf("enforce: rule %q: unknown failure mode %d", name, mode)
+	}
+	if mode == FailDefault {
+		mode = FailOpen // an Engine's default
 	}
 	r := &Rule{e: e, name: name, mode: mode, dryRun: dryRun}
 	if e.metrics != nil {
@@ -219,7 +234,7 @@ func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error)
 // Name returns the rule's name.
 func (r *Rule) Name() string { return r.name }
 
-// FailureMode returns the rule's failure mode.
+// FailureMode returns the rule's failure mode: FailOpen or FailClosed.
 func (r *Rule) FailureMode() FailureMode { return r.mode }
 
 // DryRun reports whether the rule only reports and never blocks.
@@ -360,7 +375,7 @@ func (r *Rule) count(o Outcome) {
 // interval ago; the next record reports how many were left out.
 // The key is not logged: it may be an API key.
 func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outcome, err error) {
-	ok, suppressed := e.failLog.Allow(e.now())
+	ok, skipped := e.failLog.Allow(e.now())
 	if !ok {
 		return
 	}
@@ -376,6 +391,6 @@ func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outco
 		slog.String("policy", policy),
 		slog.String("outcome", o.String()),
 		slog.String("error", err.Error()),
-		slog.Int("suppressed", suppressed),
+		guard.Skipped(skipped),
 	)
 }

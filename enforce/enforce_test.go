@@ -104,7 +104,7 @@ func TestFailureLogRateLimited(t *testing.T) {
 	}
 	var suppressed int64 = -1
 	logs.recs[1].Attrs(func(a slog.Attr) bool {
-		if a.Key == "suppressed" {
+		if a.Key == "similar_events_not_logged" {
 			suppressed = a.Value.Int64()
 		}
 		return true
@@ -131,5 +131,34 @@ func TestCheckPolicies(t *testing.T) {
 	}
 	if err := enforce.CheckPolicies([]enforce.Policy{{Name: "burst", Limit: ok}, {Name: "daily", Limit: tollgate.PerDay(1000)}}); err != nil {
 		t.Errorf("a valid pair: %v", err)
+	}
+}
+
+// TestRuleFailureMode: the zero value, FailDefault, fails open in an
+// Engine; an unknown mode is refused.
+func TestRuleFailureMode(t *testing.T) {
+	t.Parallel()
+	e := enforce.New(memorystore.New())
+	tests := []struct {
+		in      enforce.FailureMode
+		want    enforce.FailureMode
+		wantErr bool
+	}{
+		{in: enforce.FailDefault, want: enforce.FailOpen},
+		{in: enforce.FailOpen, want: enforce.FailOpen},
+		{in: enforce.FailClosed, want: enforce.FailClosed},
+		{in: enforce.FailClosed + 1, wantErr: true},
+	}
+	for _, tc := range tests {
+		r, err := e.Rule("r", tc.in, false)
+		if got, want := err != nil, tc.wantErr; got != want {
+			t.Errorf("Rule(%v): error %v, want an error: %v", tc.in, err, want)
+			continue
+		}
+		if err == nil {
+			if got, want := r.FailureMode(), tc.want; got != want {
+				t.Errorf("Rule(%v).FailureMode() = %v, want %v", tc.in, got, want)
+			}
+		}
 	}
 }

@@ -45,9 +45,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // Policy is a named limit (see enforce.Policy).
@@ -83,7 +83,7 @@ type Rule struct {
 	// Cost, if set, says what a call spends (default 1); below 1 it is not
 	// counted.
 	Cost func(ctx context.Context, fullMethod string) int
-	// FailureMode: FailOpen (the default) or FailClosed.
+	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode
 	// DryRun rules report (metadata, metrics) but never block.
 	DryRun bool

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/grpclimit"
-	"github.com/tollgate/tollgate/httplimit/clientip"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"

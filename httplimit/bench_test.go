@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/httplimit/headers"
 	"github.com/tollgate/tollgate/memorystore"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/httplimit/clientip"
 	"github.com/tollgate/tollgate/memorystore"
 )
 

@@ -34,7 +34,7 @@
 // context, before the handler runs.
 //
 // The decisions and the engine behind them live in package enforce; the
-// headers in httplimit/headers; client addresses in httplimit/clientip.
+// headers in headers; client addresses in clientip.
 package httplimit
 
 import (
@@ -50,9 +50,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // Policy is a named limit (see enforce.Policy).
@@ -93,7 +93,7 @@ type Rule struct {
 	// Cost, if set, says how much a request spends (default 1). A cost
 	// below 1 means the request is not counted by this rule.
 	Cost func(*http.Request) int
-	// FailureMode: FailOpen (the default) or FailClosed.
+	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode
 	// DryRun rules report (headers, metrics) but never block.
 	DryRun bool

@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
 	"github.com/tollgate/tollgate/memorystore"
 )
 

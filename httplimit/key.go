@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
-	"github.com/tollgate/tollgate/httplimit/clientip"
 )
 
 type keyKind uint8

@@ -14,8 +14,8 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // descriptorSpec is a parsed descriptor spec (see ParseDescriptorSpec).

@@ -17,7 +17,7 @@
 //     descriptors from HTTP requests.
 //
 // Answers carry the IETF RateLimit-Policy and RateLimit fields (and
-// Retry-After when over the limit), written by httplimit/headers: in
+// Retry-After when over the limit), written by headers: in
 // response_headers_to_add over gRPC, as HTTP headers elsewhere.
 //
 // # One request

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
@@ -27,13 +25,10 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
 )
-
-// DefaultTimeout is the deadline of a request's store calls unless
-// WithTimeout says otherwise.
-const DefaultTimeout = 50 * time.Millisecond
 
 // Server decides rate-limit requests against its rules and store. It is
 // safe for concurrent use; its rules can be swapped at any time (SetRules,
@@ -43,7 +38,7 @@ type Server struct {
 
 	store    tollgate.Store
 	timeout  time.Duration
-	failMode config.FailureMode
+	failMode enforce.FailureMode
 	shadow   bool
 	log      *slog.Logger
 	reg      *prometheus.Registry
@@ -93,19 +88,30 @@ func (st *ruleState) counter(m *metrics, o outcome) prometheus.Counter {
 type Option func(*Server)
 
 // WithTimeout sets the deadline of each request's store calls together
-// (default 50 ms). When it passes, each rule's failure mode decides.
+// (default enforce.DefaultTimeout, 50 ms, as for the middleware). When it passes, each rule's failure mode decides.
 // Requests starting within a millisecond of each other share one timer, so
-// a request may get up to a millisecond more. 0 sets none, for a store that
-// never waits (memorystore).
+// a request may get up to a millisecond more. A caller's own deadline that
+// comes sooner (Envoy's filter sends 20 ms by default) bounds the store
+// calls instead, less a reserve for the answer's way back (a quarter of the
+// time the caller has left, at most 10 ms), so that a slow store is
+// answered by failure mode while the caller still waits. 0 sets no
+// deadline at all, for a store that never waits (memorystore).
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
 
 // WithFailureMode sets what rules without their own failure_mode answer
-// when the store fails: config.FailOpen (the default) or config.FailClosed.
-func WithFailureMode(m config.FailureMode) Option { return func(s *Server) { s.failMode = m } }
+// when the store fails: enforce.FailOpen (the default) or
+// enforce.FailClosed (config.FailureMode is the same type).
+func WithFailureMode(m enforce.FailureMode) Option { return func(s *Server) { s.failMode = m } }
 
 // WithShadowMode turns on the global shadow mode of envoyproxy/ratelimit:
 // every decision is made and counted, but the overall answer is always OK.
 func WithShadowMode(on bool) Option { return func(s *Server) { s.shadow = on } }
+
+// WithLogInterval logs store failures at most once per d (default
+// enforce.DefaultLogInterval, 10 s, as for the middleware); each record
+// says how many were left out since the previous one, in its
+// similar_events_not_logged attribute. 0 logs every failure.
+func WithLogInterval(d time.Duration) Option { return func(s *Server) { s.failLog.Every = d } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
@@ -134,8 +140,9 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // SetRules or Reload; until then every descriptor is answered OK and
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
-	s := &Server{store: store, timeout: DefaultTimeout, failMode: config.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
+	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: enforce.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
 		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
+	s.failLog.Every = enforce.DefaultLogInterval
 	for _, o := range opts {
 		o(s)
 	}
@@ -145,9 +152,8 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	if s.timeout > 0 {
 		s.deadlines = guard.NewDeadlines(s.timeout)
 	}
-	s.failLog.Every = time.Second
-	if s.failMode == config.FailDefault {
-		s.failMode = config.FailOpen
+	if s.failMode == enforce.FailDefault {
+		s.failMode = enforce.FailOpen
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -356,7 +362,10 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			st.DurationUntilReset = roundUp(res.RetryAfter)
 		} else {
 			if !withDeadline && s.deadlines != nil {
-				ctx, withDeadline = s.deadlines.Context(ctx), true
+				var cancel context.CancelFunc
+				ctx, cancel = s.deadlines.AnswerBy(ctx)
+				defer cancel()
+				withDeadline = true
 			}
 			if expired(ctx) {
 				// The request's deadline has passed (a store call
@@ -467,16 +476,16 @@ func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) out
 		s.m.storeErrors[1].Inc()
 	}
 	o := s.failureOutcome(r)
-	if ok, folded := s.failLog.Allow(s.now()); ok {
+	if ok, skipped := s.failLog.Allow(s.now()); ok {
 		s.log.Warn("store failed; answered by the rule's failure mode",
-			"rule", r.ID, "failure_mode", s.failureMode(r).String(), "answer", outcomeNames[o], "error", err.Error(), "similar_events_not_logged", folded)
+			"rule", r.ID, "failure_mode", s.failureMode(r).String(), "answer", outcomeNames[o], "error", err.Error(), guard.Skipped(skipped))
 	}
 	return o
 }
 
 // failureMode is r's failure mode, or the server's when r has none.
-func (s *Server) failureMode(r *config.Rule) config.FailureMode {
-	if r.FailureMode == config.FailDefault {
+func (s *Server) failureMode(r *config.Rule) enforce.FailureMode {
+	if r.FailureMode == enforce.FailDefault {
 		return s.failMode
 	}
 	return r.FailureMode
@@ -484,7 +493,7 @@ func (s *Server) failureMode(r *config.Rule) config.FailureMode {
 
 // failureOutcome is how r answers when the store cannot.
 func (s *Server) failureOutcome(r *config.Rule) outcome {
-	if s.failureMode(r) == config.FailClosed {
+	if s.failureMode(r) == enforce.FailClosed {
 		return outcomeFailClosed
 	}
 	return outcomeFailOpen
@@ -593,7 +602,9 @@ func roundUp(d time.Duration) *durationpb.Duration {
 // "rl|domain|key=value|key=value", with '|', '=' and '\' escaped by '\' so
 // that no two descriptors share a key, and with a share_threshold pattern
 // instead of the value where the rule has one. A key longer than the store
-// accepts is replaced by its SHA-256.
+// accepts becomes "rl#" and the SHA-256 of what follows "rl|"
+// (enforce.KeyString, as the middleware hashes): every literal key starts
+// with "rl|", so no descriptor can spell the hashed key of another.
 func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule) string {
 	var stack [256]byte
 	b := append(stack[:0], "rl|"...)
@@ -608,11 +619,7 @@ func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *con
 		}
 		b = appendEscaped(b, v)
 	}
-	if len(b) > tollgate.MaxKeyLen {
-		sum := sha256.Sum256(b)
-		return "rl#" + hex.EncodeToString(sum[:])
-	}
-	return string(b)
+	return enforce.KeyString(b, len("rl|"))
 }
 
 func appendEscaped(b []byte, s string) []byte {

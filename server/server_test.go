@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -272,7 +275,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		timeout time.Duration
-	}{{"no_deadline", 0}, {"deadline", DefaultTimeout}} {
+	}{{"no_deadline", 0}, {"deadline", enforce.DefaultTimeout}} {
 		b.Run(bc.name, func(b *testing.B) {
 			s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(bc.timeout))
 			reqs := make([]*pb.RateLimitRequest, 1024)
@@ -290,5 +293,32 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestCounterKeyHashedApart: a key too long for the store is hashed the way
+// the middleware hashes (enforce.KeyString), into "rl#", where no literal
+// key can follow: a descriptor sending the hash of another's long value as
+// its own value gets a counter of its own.
+func TestCounterKeyHashedApart(t *testing.T) {
+	t.Parallel()
+	r := &config.Rule{}
+	long := strings.Repeat("x", tollgate.MaxKeyLen)
+	literal := "d|path=" + long
+	sum := sha256.Sum256([]byte(literal))
+	h := hex.EncodeToString(sum[:])
+	hashed := counterKey("d", entries("path", long), r)
+	if got, want := hashed, "rl#"+h; got != want {
+		t.Errorf("long key %q, want %q", got, want)
+	}
+	if got, want := hashed, enforce.KeyString([]byte("rl|"+literal), len("rl|")); got != want {
+		t.Errorf("long key %q, want enforce.KeyString's %q", got, want)
+	}
+	for _, tc := range []struct{ domain, value string }{
+		{"d", h}, {"d", "#" + h}, {"#" + h, ""}, {"", h},
+	} {
+		if got := counterKey(tc.domain, entries("path", tc.value), r); got == hashed || strings.HasPrefix(got, "rl#") {
+			t.Errorf("literal descriptor %q/%q keyed %q, in the hashed keys' namespace", tc.domain, tc.value, got)
+		}
 	}
 }

@@ -118,17 +118,17 @@ func urlHasPassword(raw string) bool {
 
 // redisLogger passes go-redis's own log lines (dial failures, pool
 // trouble) to the service's logger, so they take --log-format and
-// --log-level like every other line, at most one a second like the
-// failure logs — a Redis outage under load would otherwise write one line
-// per connection attempt — and without credentials.
+// --log-level like every other line, at most one per --log-interval like
+// the failure logs — a Redis outage under load would otherwise write one
+// line per connection attempt — and without credentials.
 type redisLogger struct {
 	log    *slog.Logger
 	redact *server.Redactor
 	sample guard.Sampler
 }
 
-func newRedisLogger(log *slog.Logger, redact *server.Redactor) *redisLogger {
-	return &redisLogger{log: log, redact: redact, sample: guard.Sampler{Every: time.Second}}
+func newRedisLogger(log *slog.Logger, redact *server.Redactor, every time.Duration) *redisLogger {
+	return &redisLogger{log: log, redact: redact, sample: guard.Sampler{Every: every}}
 }
 
 // Printf implements go-redis's Logging interface.
@@ -136,10 +136,10 @@ func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if !l.log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
-	ok, folded := l.sample.Allow(time.Now())
+	ok, skipped := l.sample.Allow(time.Now())
 	if !ok {
 		return
 	}
 	msg := strings.TrimSpace(l.redact.Redact(fmt.Sprintf(format, v...)))
-	l.log.LogAttrs(ctx, slog.LevelWarn, "redis client", slog.String("detail", msg), slog.Int("similar_events_not_logged", folded))
+	l.log.LogAttrs(ctx, slog.LevelWarn, "redis client", slog.String("detail", msg), guard.Skipped(skipped))
 }

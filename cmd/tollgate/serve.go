@@ -22,9 +22,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/httplimit/clientip"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 	"github.com/tollgate/tollgate/server"
@@ -51,6 +52,7 @@ type serveFlags struct {
 	watch       bool
 	logFormat   string
 	logLevel    string
+	logInterval time.Duration
 	headers     string
 	// how HTTP requests become descriptors (the auth endpoint, the proxy)
 	domain      string
@@ -135,13 +137,14 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.redisPwFile, "redis-password-file", "", "file whose first line is the Redis password, replacing the URL's (for Sentinel, the master's); default: the --redis URL's, else $REDIS_AUTH, else $REDIS_URL's")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "tollgate:", "prefix of every Redis key")
 	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
-	fs.DurationVar(&f.timeout, "timeout", server.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
+	fs.DurationVar(&f.timeout, "timeout", enforce.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
 	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
 	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
 	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.logInterval, "log-interval", enforce.DefaultLogInterval, "log store failures and the Redis client's own lines at most once per this long, each line saying how many were left out (similar_events_not_logged); 0 logs every one")
 	f.bounds.register(fs)
 }
 
@@ -165,13 +168,8 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	if f.config == "" {
 		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
 	}
-	var mode config.FailureMode
-	switch f.failureMode {
-	case "open":
-		mode = config.FailOpen
-	case "closed":
-		mode = config.FailClosed
-	default:
+	mode, err := enforce.ParseFailureMode(f.failureMode)
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
 	}
 	flavor, err := headers.ParseFlavor(f.headers)
@@ -180,6 +178,9 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	}
 	if f.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
+	}
+	if f.logInterval < 0 {
+		return nil, nil, nil, fmt.Errorf("--log-interval %v: want a duration of 0 or more", f.logInterval)
 	}
 	bounds, err := f.bounds.options()
 	if err != nil {
@@ -204,7 +205,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	} else {
 		// go-redis logs through the service's logger, sampled and
 		// redacted, from its first connection on.
-		redis.SetLogger(newRedisLogger(log, target.redact))
+		redis.SetLogger(newRedisLogger(log, target.redact, f.logInterval))
 		if target.fromArgv {
 			log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
 		}
@@ -236,7 +237,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	}
 	srv, err := server.New(store, append(bounds,
 		server.WithTimeout(timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogger(log), server.WithPing(ping), server.WithHeaders(flavor))...)
+		server.WithLogger(log), server.WithLogInterval(f.logInterval), server.WithPing(ping), server.WithHeaders(flavor))...)
 	if err != nil {
 		cleanup()
 		return nil, nil, nil, err

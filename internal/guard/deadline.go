@@ -4,9 +4,12 @@
 // that start at about the same time (Deadlines), and a limit on how often
 // store failures are logged (Sampler).
 //
-// What a failure means — fail-open or fail-closed, which metric counts it,
-// what the log record says — stays with each caller: their metrics and log
-// records are part of their interfaces and differ on purpose.
+// A decision service, whose caller waits for the answer, bounds its calls
+// with AnswerBy: a reserve of the caller's time is kept for the answer.
+// Sampled logs share one cadence (DefaultInterval) and one name for the
+// count of records left out (SkippedKey). What a failure means — which
+// metric counts it, what the log message says — stays with each caller:
+// their metrics and messages are part of their interfaces.
 package guard
 
 import (
@@ -72,6 +75,46 @@ func (d *Deadlines) Bound(parent context.Context) context.Context {
 		return parent
 	}
 	return &withValues{Context: ep.ctx, values: parent}
+}
+
+// MaxReplyReserve is the most of a caller's remaining time that AnswerBy
+// keeps back for the answer's way to the caller.
+const MaxReplyReserve = 10 * time.Millisecond
+
+// ReplyReserve is how much of remaining — the time a caller has left when
+// a request arrives — AnswerBy keeps for the answer: a quarter, at most
+// MaxReplyReserve. A failure-mode answer takes microseconds to decide; the
+// reserve is for marshalling it, the wire and a loaded scheduler.
+func ReplyReserve(remaining time.Duration) time.Duration {
+	return min(max(remaining, 0)/4, MaxReplyReserve)
+}
+
+// AnswerBy returns the context for the store calls of a request whose
+// caller waits for the answer (a decision service): they end at the sooner
+// of the shared deadline (Context) and the caller's deadline less its
+// ReplyReserve, so that when the store is slow the failure mode's answer
+// still reaches the caller before it gives up. Without a caller's deadline
+// it is Context. A nil *Deadlines (no timeout of the service's own) bounds
+// the calls by the caller's deadline alone. The returned cancel must be
+// called when the calls are done; it is a no-op when the shared deadline
+// serves.
+func (d *Deadlines) AnswerBy(parent context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := parent.Deadline()
+	if !ok {
+		if d == nil {
+			return parent, func() {}
+		}
+		return d.Context(parent), func() {}
+	}
+	by := dl.Add(-ReplyReserve(time.Until(dl)))
+	if d != nil {
+		if ep := d.current(); ep.deadline.Before(by) {
+			return &withValues{Context: ep.ctx, values: parent}, func() {}
+		}
+	}
+	// The caller's deadline comes first: a timer of its own, which only
+	// callers in a hurry pay for.
+	return context.WithDeadline(parent, by)
 }
 
 // current returns the epoch for a call starting now.

@@ -204,3 +204,68 @@ func BenchmarkDeadlines(b *testing.B) {
 		})
 	})
 }
+
+// TestAnswerBy: the store calls of a service's request end at the sooner of
+// the shared deadline and the caller's deadline less the reply reserve.
+func TestAnswerBy(t *testing.T) {
+	t.Parallel()
+	shared := NewDeadlines(50 * time.Millisecond)
+	tests := []struct {
+		name   string
+		d      *Deadlines
+		caller time.Duration // 0: no deadline of the caller's
+		// the deadline must lie within [lo, hi] from the start
+		lo, hi time.Duration
+		none   bool // no deadline at all
+	}{
+		{name: "caller sooner", d: shared, caller: 20 * time.Millisecond, lo: 15 * time.Millisecond, hi: 16 * time.Millisecond},
+		{name: "caller later", d: shared, caller: time.Hour, lo: 50 * time.Millisecond, hi: 50*time.Millisecond + shared.step},
+		{name: "caller without deadline", d: shared, lo: 50 * time.Millisecond, hi: 50*time.Millisecond + shared.step},
+		{name: "no timeout, caller's deadline", caller: time.Second, lo: 990 * time.Millisecond, hi: 990 * time.Millisecond},
+		{name: "no timeout, no deadline", none: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := context.WithValue(context.Background(), ctxKey{}, "v")
+			start := time.Now()
+			if tc.caller > 0 {
+				var cancel context.CancelFunc
+				parent, cancel = context.WithDeadline(parent, start.Add(tc.caller))
+				defer cancel()
+			}
+			ctx, cancel := tc.d.AnswerBy(parent)
+			defer cancel()
+			took := time.Since(start) // a loaded machine may delay the call
+			if got, want := ctx.Value(ctxKey{}), "v"; got != want {
+				t.Errorf("value %v, want %v", got, want)
+			}
+			dl, ok := ctx.Deadline()
+			if got, want := ok, !tc.none; got != want {
+				t.Fatalf("has deadline %v, want %v", got, want)
+			}
+			if tc.none {
+				return
+			}
+			// The shared deadline is set when its epoch starts, which may be
+			// up to a step before this call.
+			if got := dl.Sub(start); got < tc.lo-shared.step || got > tc.hi+took {
+				t.Errorf("deadline %v after the start, want within [%v, %v]", got, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
+func TestReplyReserve(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ remaining, want time.Duration }{
+		{-time.Millisecond, 0},
+		{0, 0},
+		{20 * time.Millisecond, 5 * time.Millisecond},
+		{time.Second, MaxReplyReserve},
+	}
+	for _, tc := range tests {
+		if got := ReplyReserve(tc.remaining); got != tc.want {
+			t.Errorf("ReplyReserve(%v) = %v, want %v", tc.remaining, got, tc.want)
+		}
+	}
+}

@@ -1,9 +1,25 @@
 package guard
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 )
+
+// DefaultInterval is the default Sampler interval of every sampled log in
+// tollgate (the middleware's store failures, the service's, the Redis
+// client's own lines): one record per 10 s keeps an outage visible without
+// flooding the log.
+const DefaultInterval = 10 * time.Second
+
+// SkippedKey is the name of the attribute, on every sampled log record,
+// that says how many similar events were left out since the previous
+// record. It names events, not requests: a record saying 4 was preceded by
+// 4 more failures that were answered (by failure mode) but not logged.
+const SkippedKey = "similar_events_not_logged"
+
+// Skipped is the SkippedKey attribute for n events left out.
+func Skipped(n int) slog.Attr { return slog.Int(SkippedKey, n) }
 
 // Sampler lets one event through per interval and counts the ones it holds
 // back, so that a store outage under load produces one log record every

@@ -9,7 +9,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // item is one member of a parsed structured-field list.

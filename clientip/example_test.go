@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/tollgate/tollgate/httplimit/clientip"
+	"github.com/tollgate/tollgate/clientip"
 )
 
 // Behind a load balancer in 10.0.0.0/8 that appends to X-Forwarded-For.

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/tollgate/tollgate/httplimit/clientip"
+	"github.com/tollgate/tollgate/clientip"
 )
 
 func request(remote string, h http.Header) *http.Request {

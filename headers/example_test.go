@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/httplimit/headers"
+	"github.com/tollgate/tollgate/headers"
 )
 
 // A request checked against two policies: the per-second burst denied it.
