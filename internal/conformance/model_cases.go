@@ -56,6 +56,11 @@ func ModelCases() []ModelCase {
 		{"sliding log keeps entries a later call saw expire", []ModelCall{
 			{100 * us, swl, 1}, {150 * us, swl, 1}, {205 * us, swl, 0}, {160 * us, swl, 1},
 		}},
+		// Nor must a denial at 205µs: it writes nothing, so the entry at
+		// 100µs still counts once the clock is back at 160µs.
+		{"sliding log keeps entries a later denial saw expire", []ModelCall{
+			{100 * us, swl, 1}, {150 * us, swl, 1}, {205 * us, swl, 2}, {160 * us, swl, 1},
+		}},
 		{"fixed window peek after the limit was lowered", []ModelCall{
 			{0, fw, 3}, {0, fwLow, 0},
 		}},
