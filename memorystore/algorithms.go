@@ -262,21 +262,27 @@ func slidingWindowLog(s *state, p *tollgate.Params, now, n int64) (d decision) {
 	if log.len() > 0 && log.newest() > now {
 		at = log.newest()
 	}
-	for log.len() > 0 && log.at(0) <= at-p.PeriodUS {
-		log.pop()
-	}
-	count := int64(log.len())
+	// Count the entries in (at − period, at] without dropping the older
+	// ones: only an admission moves the key's time to at for good, so only
+	// then can they never count again (a call that spends nothing, the
+	// clock back behind at, would count them).
+	first := log.search(at - p.PeriodUS)
+	count := int64(log.len() - first)
 	d.allowed = n == 0 || count+n <= p.Rate
 	switch {
 	case !d.allowed:
 		// The oldest count+n-Rate entries must leave the window first.
-		d.retry = log.at(int(count+n-p.Rate-1)) + p.PeriodUS - now
+		d.retry = log.at(first+int(count+n-p.Rate-1)) + p.PeriodUS - now
 	case n > 0:
+		for range first {
+			log.pop()
+		}
 		log.push(at, int(n), int(p.Rate))
+		count += n
 		d.write = true
 	}
-	d.remaining = max(p.Rate-int64(log.len()), 0)
-	if log.len() > 0 {
+	d.remaining = max(p.Rate-count, 0)
+	if count > 0 {
 		d.reset = log.newest() + p.PeriodUS - now
 	}
 	return d
@@ -296,6 +302,21 @@ func (r *ring) at(i int) int64 { return r.buf[(r.head+i)%len(r.buf)] }
 func (r *ring) newest() int64  { return r.at(r.n - 1) }
 func (r *ring) pop()           { r.head = (r.head + 1) % len(r.buf); r.n-- }
 func (r *ring) bytes() int     { return 8 * cap(r.buf) }
+
+// search returns how many entries are at or before t: the index of the
+// first one after it.
+func (r *ring) search(t int64) int {
+	lo, hi := 0, r.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if r.at(mid) <= t {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
 func (r *ring) push(t int64, k, limit int) {
 	if r.n+k > len(r.buf) {
 		size := max(2*len(r.buf), r.n+k, 4)

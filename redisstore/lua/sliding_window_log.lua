@@ -19,7 +19,12 @@
 --     newest member would not do: members of equal score sort as text, and
 --     '<t>:9' sorts after '<t>:10'.) No random numbers, no second key.
 --   * n = 0 only looks: it is always allowed and writes nothing, not even
---     the removal of expired entries, which it counts past instead.
+--     the removal of expired entries, which it counts past instead (ZCOUNT).
+--     A denial writes nothing either. Entries are removed only by an
+--     admission, and only those at or before its time - period: the key's
+--     time is the newest entry's, so they can never count again. Removing
+--     them on a call that admits nothing would forget them too early: the
+--     clock may step back to where they count.
 --   * A denied request adds nothing, so a key holds at most limit entries,
 --     however hard it is hammered.
 --   * A clock that went backwards is never rewarded: time for this key is
@@ -50,23 +55,27 @@ if last[2] then
   end
 end
 
-local count
-if n == 0 then
+-- Count the entries in (at - period, at]. Older ones are dropped only by an
+-- admission, which moves the key's time to at for good: until then a clock
+-- back behind at would count them again, and a call that admits nothing
+-- writes nothing.
+local count = 0
+if newest and newest > at - period then
   count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
-elseif newest and newest <= at - period then
-  -- The whole log has left the window: UNLINK frees it off Redis's main
-  -- thread, where removing entry by entry would cost as much as adding.
-  redis.call('UNLINK', key)
-  count = 0
-else
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
-  count = redis.call('ZCARD', key)
 end
 local allowed, retry, reset = 0, 0, 0
 if n == 0 then
   allowed = 1
 elseif count + n <= limit then
   allowed = 1
+  if newest and newest <= at - period then
+    -- The whole log has left the window: UNLINK frees it off Redis's main
+    -- thread, where removing entry by entry would cost as much as adding.
+    redis.call('UNLINK', key)
+    newest = nil
+  elseif newest then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
+  end
   local stamp = int(at)
   local seq = 0
   if newest == at then
@@ -90,7 +99,8 @@ elseif count + n <= limit then
   newest = at
   expire(key, at + period - now)
 else
-  local e = redis.call('ZRANGE', key, count + n - limit - 1, count + n - limit - 1, 'WITHSCORES')
+  -- The oldest count + n - limit entries in the window stand in the way.
+  local e = redis.call('ZRANGEBYSCORE', key, '(' .. int(at - period), '+inf', 'WITHSCORES', 'LIMIT', count + n - limit - 1, 1)
   retry = tonumber(e[2]) + period - now
 end
 if count > 0 then
