@@ -95,9 +95,14 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 	level, ts := int64(0), now
 	if !fresh {
 		level, ts = s.a, s.b
+		// The most the bucket can hold: Burst, and what MaxDelay queues. A
+		// level kept under a higher rate or burst is clamped to it (a level
+		// of 10^9 draining at 1 a day would outlast any duration).
+		most := capacity + p.MaxDelayUS*p.UnitRate
 		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
-			level = exact.MulDiv(level, p.Unit, s.c, exact.Max-capacity-p.MaxDelayUS*p.UnitRate)
+			level = exact.MulDiv(level, p.Unit, s.c, most)
 		}
+		level = min(level, most)
 		if now > ts {
 			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
 				level = 0
@@ -234,9 +239,11 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 		}
 		if at == 0 {
 			// In the next window, where this window's count fades instead.
+			// k is below 0 when this window's count alone leaves room at
+			// the next window's start: the request fits there.
 			k := int64(0)
 			if cur > 0 {
-				k = steps - (p.Rate-n)*steps/cur
+				k = max(steps-(p.Rate-n)*steps/cur, 0)
 			}
 			at = start + period + k*grain
 		}

@@ -70,7 +70,9 @@ else
   if at == 0 then
     local k = 0
     if cur > 0 then
-      k = steps - fdiv((limit - n) * steps, cur)
+      -- Below 0 when this window's count alone leaves room at the next
+      -- window's start: the request fits there.
+      k = math.max(steps - fdiv((limit - n) * steps, cur), 0)
     end
     at = start + period + k * grain
   end
