@@ -44,7 +44,7 @@ func decide(s *state, fresh bool, p *tollgate.Params, now, n int64) decision {
 	case tollgate.FixedWindow:
 		return fixedWindow(s, fresh, p, now, n)
 	case tollgate.SlidingWindowLog:
-		return slidingWindowLog(s, p, now, n)
+		return slidingWindowLog(s, fresh, p, now, n)
 	case tollgate.SlidingWindowCounter:
 		return slidingWindowCounter(s, fresh, p, now, n)
 	case tollgate.LeakyBucket:
@@ -95,14 +95,13 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 	level, ts := int64(0), now
 	if !fresh {
 		level, ts = s.a, s.b
-		// The most the bucket can hold: Burst, and what MaxDelay queues. A
-		// level kept under a higher rate or burst is clamped to it (a level
-		// of 10^9 draining at 1 a day would outlast any duration).
-		most := capacity + p.MaxDelayUS*p.UnitRate
-		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
-			level = exact.MulDiv(level, p.Unit, s.c, most)
+		if s.c != p.Unit {
+			// The rate changed: convert exactly, rounding down, and clamp
+			// to the most the bucket can hold, Burst and what MaxDelay
+			// queues (a level of 10^9 draining at 1 a day would outlast any
+			// duration).
+			level = exact.MulDiv(level, p.Unit, s.c, capacity+p.MaxDelayUS*p.UnitRate)
 		}
-		level = min(level, most)
 		if now > ts {
 			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
 				level = 0
@@ -263,8 +262,11 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 	return d
 }
 
-func slidingWindowLog(s *state, p *tollgate.Params, now, n int64) (d decision) {
+func slidingWindowLog(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	log := &s.log
+	if fresh { // an expired log: keep its buffer, not its entries
+		log.head, log.n = 0, 0
+	}
 	at := now
 	if log.len() > 0 && log.newest() > now {
 		at = log.newest()

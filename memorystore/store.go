@@ -142,6 +142,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 
 	sh.mu.Lock()
 	st, ok := sh.m[sk]
+	live := ok && st.expires > now
 	var d decision
 	switch {
 	case ok:
@@ -149,7 +150,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		// deleted it by then: the same once the limit changed, too (a
 		// token bucket full under a lower burst is not full under a higher
 		// one).
-		d = decide(st, st.expires <= now, &p, now, int64(n))
+		d = decide(st, !live, &p, now, int64(n))
 	case n == 0:
 		var fresh state // looking at a fresh key stores nothing
 		d = decide(&fresh, true, &p, now, 0)
@@ -160,8 +161,16 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 			s.insert(sh, sk, st, now)
 		}
 	}
-	if d.write {
-		// Kept as long as Redis keeps it: the TTL is whole ms, rounded up.
+	if ok && !live && !d.write {
+		// Seen expired, it is gone, as a Redis key is: a clock that steps
+		// back behind its expiry must not find it again.
+		st.expires = 0
+	}
+	if d.write || live && d.reset > 0 {
+		// Kept until it is full under the limit of the last call that saw
+		// it, as long as Redis keeps it: the TTL is whole ms, rounded up. A
+		// denial or a look sets it too (only it), so a state kept under
+		// another limit outlives the RetryAfter this call reports.
 		st.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
 	}
 	sh.mu.Unlock()

@@ -44,7 +44,9 @@ func gcra(s *gcraState, l lim, now, n int64) (outcome, state) {
 		o.retry = ceilRat(ratSub(ratSub(next, tolerance), nowR))
 	}
 	ahead := ratSub(tat, nowR) // how far the key is spent ahead of now
-	o.remaining = max(floorRat(ratMul(ratSub(tolerance, ahead), ratFrac(l.rate, l.period))), 0)
+	if room := ratSub(tolerance, ahead); room.Sign() > 0 { // else none (and far below int64 when the clock stepped far back)
+		o.remaining = floorRat(ratMul(room, ratFrac(l.rate, l.period)))
+	}
 	o.reset = ceilRat(ahead)
 	return o, written
 }

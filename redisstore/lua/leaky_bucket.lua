@@ -24,8 +24,8 @@
 --     exact: the instant at which that delay is the max delay.
 --   * n = 0 only looks: always allowed, no delay (nothing is sent), even
 --     when a lowered limit left the level above the capacity.
---   * A changed rate rescales the level exactly, rounded down, and the level
---     is clamped to the capacity plus what the max delay queues.
+--   * A changed rate rescales the level exactly, rounded down, clamped to
+--     the capacity plus what the max delay queues.
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty) as in
@@ -46,16 +46,13 @@ if st[1] then
   if not (level and ts and u) then
     return corrupt()
   end
-  -- The most the bucket can hold: the capacity and what the max delay
-  -- queues (Go checked that this stays below 2^53). A level kept under a
-  -- higher rate or burst is clamped to it: a level of 10^9 draining at one
-  -- a day would outlast any duration.
-  local most = capacity + maxdelay * rate
   if u ~= unit then
-    -- Exactly, rounded down as the token bucket's tokens are.
-    level = muldiv(level, unit, u, most, false)
+    -- Exactly, rounded down as the token bucket's tokens are, and clamped
+    -- to the most the bucket can hold: the capacity and what the max delay
+    -- queues (Go checked that this stays below 2^53). A level of 10^9
+    -- draining at one a day would outlast any duration.
+    level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
   end
-  level = math.min(level, most)
   if now > ts then
     level = math.max(0, level - (now - ts) * rate)
     ts = now
