@@ -28,8 +28,8 @@
 --     the capacity plus what the max delay queues.
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
---     write on denial and the TTL (until the bucket is empty) as in
---     token_bucket.lua.
+--     write on denial and the TTL (until the bucket is empty, set by every
+--     call that finds the key) as in token_bucket.lua.
 local key = KEYS[1]
 local rate = tonumber(ARGV[1])
 local unit = tonumber(ARGV[2])
@@ -83,6 +83,12 @@ if level > 0 then
 end
 if allowed == 1 and n > 0 then
   redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', int(unit))
+  expire(key, reset)
+elseif st[1] and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
   expire(key, reset)
 end
 return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}

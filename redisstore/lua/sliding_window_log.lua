@@ -31,7 +31,8 @@
 --     the newest entry's time until the clock passes it.
 --   * retry-after is exact: the time at which the oldest entries that stand
 --     in the way leave the window. The TTL is the newest entry's time plus
---     the period, when the whole log has expired.
+--     the period, when the whole log has expired; every call that counts an
+--     entry sets it (a denial or a look only the TTL).
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
@@ -97,7 +98,6 @@ elseif count + n <= limit then
   end
   count = count + n
   newest = at
-  expire(key, at + period - now)
 else
   -- The oldest count + n - limit entries in the window stand in the way.
   local e = redis.call('ZRANGEBYSCORE', key, '(' .. int(at - period), '+inf', 'WITHSCORES', 'LIMIT', count + n - limit - 1, 1)
@@ -105,6 +105,15 @@ else
 end
 if count > 0 then
   reset = newest + period - now
+end
+if allowed == 1 and n > 0 then
+  expire(key, reset)
+elseif newest and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
+  expire(key, reset)
 end
 -- A lowered limit can leave more entries than it: nothing remains, not less.
 return {allowed, math.max(limit - count, 0), retry, reset, 0}
