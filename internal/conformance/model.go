@@ -73,7 +73,7 @@ func ModelBackend() Backend {
 			if !ok {
 				return 0, false
 			}
-			return time.UnixMicro(exp).Sub(ms.now()), true
+			return time.Duration(exp-ms.m.Now()) * time.Microsecond, true
 		},
 		TTLGrain: time.Millisecond,
 	}
