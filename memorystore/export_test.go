@@ -6,12 +6,16 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// TTL reports how long key's state is kept, measured on the store's time
-// (the latest reading of its clock), as a Redis PTTL.
+// TTL reports how long key's state is kept, measured on the store's clock.
 func (s *Store) TTL(key string, limit tollgate.Limit) (time.Duration, bool) {
 	exp, ok := s.expiry(key, limit)
 	if !ok {
 		return 0, false
 	}
-	return exp.Sub(time.UnixMicro(s.storeTime(s.clock()))), true
+	return exp.Sub(time.UnixMicro(s.clock())), true
+}
+
+// Until returns how long from the store's clock until t.
+func (s *Store) Until(t time.Time) time.Duration {
+	return t.Sub(time.UnixMicro(s.clock()))
 }

@@ -39,10 +39,6 @@ type Store struct {
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
 	perShard int
-	// latest is the latest reading of a WithClock clock (µs): the store's
-	// time, on which states expire. Unused with the monotonic clock, whose
-	// readings are the store's time.
-	latest atomic.Int64
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -120,27 +116,6 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-// storeTime returns the time states expire on, given a reading of the
-// clock: the latest reading of any call, so that a clock that steps back
-// neither finds an expired state again (one reclaimed or not, alike) nor
-// shortens a state's life. It is what a Redis TTL runs on: the server's
-// clock, not the caller's. The monotonic clock never steps back: its
-// readings are the store's time, and nothing is shared between calls.
-func (s *Store) storeTime(now int64) int64 {
-	if s.now == nil {
-		return now
-	}
-	for {
-		t := s.latest.Load()
-		if now <= t {
-			return t
-		}
-		if s.latest.CompareAndSwap(t, now) {
-			return now
-		}
-	}
-}
-
 // clock returns the time in µs since the Unix epoch.
 func (s *Store) clock() int64 {
 	if s.now != nil {
@@ -164,11 +139,10 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}
 	sk := skey{key: key, alg: limit.Algorithm, period: p.PeriodUS}
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
-	at := s.storeTime(now) // what expiry runs on
 
 	sh.mu.Lock()
 	st, ok := sh.m[sk]
-	live := ok && st.expires > at
+	live := ok && st.expires > now
 	var d decision
 	switch {
 	case ok:
@@ -184,7 +158,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		st = sh.newState()
 		d = decide(st, true, &p, now, int64(n))
 		if d.write {
-			s.insert(sh, sk, st, at)
+			s.insert(sh, sk, st, now)
 		}
 	}
 	if ok && !live && !d.write {
@@ -197,7 +171,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		// it, as long as Redis keeps it: the TTL is whole ms, rounded up. A
 		// denial or a look sets it too (only it), so a state kept under
 		// another limit outlives the RetryAfter this call reports.
-		st.expires = at + max(1, exact.CeilDiv(d.reset, 1000))*1000
+		st.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
 	}
 	sh.mu.Unlock()
 

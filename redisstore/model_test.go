@@ -34,9 +34,10 @@ var (
 const keep = time.Hour
 
 // timedStore remembers when its last decision was sent, to bound the real
-// time a TTL has run.
+// time a TTL has run, and reads the test's clock.
 type timedStore struct {
 	*redisstore.Store
+	now  func() time.Time
 	sent time.Time
 }
 
@@ -53,7 +54,7 @@ func (s *timedStore) AllowN(ctx context.Context, key string, l tollgate.Limit, n
 func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.ModelTarget {
 	return conformance.ModelTarget{
 		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
-			return &timedStore{Store: redisstore.New(client(tb.(*testing.T)), redisstore.WithClock(now))}
+			return &timedStore{Store: redisstore.New(client(tb.(*testing.T)), redisstore.WithClock(now)), now: now}
 		},
 		Expire: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) {
 			if err := client(tb.(*testing.T)).Del(context.Background(), s.(*timedStore).Key(key, l)).Err(); err != nil {
@@ -95,7 +96,7 @@ func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.Mode
 			// Redis counts the TTL on a millisecond clock, in real time,
 			// from when the script ran.
 			elapsed := time.Since(ts.sent)
-			want := exp.TTL
+			want := exp.At.Sub(ts.now())
 			switch got := ttl.Val(); {
 			case got == -2: // gone (go-redis reports PTTL's -2 as -2ns): its TTL ran out in real time
 				if elapsed < want-time.Millisecond {

@@ -432,14 +432,11 @@ func edgeScenarios() []scenario {
 // Run runs every scenario against b.
 func Run(t *testing.T, b Backend) {
 	clock := NewClock()
+	store := b.New(t, clock.Now)
 	ctx := context.Background()
-	// Scenarios share the clock, so they run one after the other. Each has
-	// a store of its own: every scenario starts its clock afresh, and a
-	// store's states expire on the latest time it has seen.
+	// Scenarios share the clock, so they run one after the other.
 	for i, sc := range scenarios() {
 		t.Run(sc.limit.Algorithm.String()+"/"+sc.name, func(t *testing.T) {
-			clock.Set(0)
-			store := b.New(t, clock.Now)
 			key := fmt.Sprintf("conformance:%d:%d", i, rand.Int64())
 			for j, st := range sc.steps {
 				if sc.reset > 0 && j == sc.reset {
@@ -468,7 +465,7 @@ func Run(t *testing.T, b Backend) {
 			}
 		})
 	}
-	t.Run("invalid input changes nothing", func(t *testing.T) { invalid(t, b.New(t, clock.Now), clock) })
+	t.Run("invalid input changes nothing", func(t *testing.T) { invalid(t, store, clock) })
 }
 
 // checkTTL requires the stored state to be kept exactly until it is back to

@@ -73,7 +73,7 @@ func ModelBackend() Backend {
 			if !ok {
 				return 0, false
 			}
-			return time.Duration(exp-ms.m.Now()) * time.Microsecond, true
+			return time.UnixMicro(exp).Sub(ms.now()), true
 		},
 		TTLGrain: time.Millisecond,
 	}

@@ -37,16 +37,14 @@ type ModelTarget struct {
 
 // Expiry is when the model says a key's state expires, after a call.
 type Expiry struct {
-	// Held reports whether the model holds state for the key; TTL is how
-	// long it has left on the store's time (the latest clock reading of
-	// any call, which a call behind it does not move back), as a Redis
-	// PTTL reads.
+	// Held reports whether the model holds state for the key; At is when
+	// it expires, on the test's clock.
 	Held bool
-	TTL  time.Duration
+	At   time.Time
 	// Set reports whether the call set the expiry: it wrote, or it found
-	// the state live and its ResetAfter is above 0. TTL is then ResetAfter
-	// rounded up to a whole millisecond (at least one), the TTL a store
-	// must have set.
+	// the state live and its ResetAfter is above 0. At is then the call's
+	// time plus ResetAfter rounded up to a whole millisecond (at least
+	// one), the TTL a store must have set.
 	Set bool
 }
 
@@ -87,7 +85,7 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 		clock.Set(time.UnixMicro(c.Now).Sub(T0))
 
 		exp, held := oracle.Expiry(key, c.Limit)
-		live := held && max(oracle.Now(), c.Now) < exp
+		live := held && c.Now < exp
 		if held && !live {
 			// The state expires now: the model forgets it, and so must the
 			// store; what was admitted under it is no longer bounded.
@@ -122,8 +120,7 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 		tr.admit(tb, i, c, got)
 		var e Expiry
 		if at, ok := oracle.Expiry(key, c.Limit); ok {
-			ttl := time.Duration(at-oracle.Now()) * time.Microsecond
-			e = Expiry{Held: true, TTL: ttl, Set: wrote || live && want.ResetAfter > 0}
+			e = Expiry{Held: true, At: time.UnixMicro(at), Set: wrote || live && want.ResetAfter > 0}
 		}
 		if target.After != nil && target.After(tb, store, key, c.Limit, got, wrote, before, e) {
 			oracle.Reset(key, c.Limit)

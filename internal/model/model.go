@@ -29,17 +29,13 @@
 //     in units of 1/v µs, v = rate/gcd(rate, period), and a changed rate
 //     rounds it up to the new unit.
 //   - A state expires, and is then forgotten as if it had never been
-//     written, the way a Redis key with a TTL is: ⌈ResetAfter⌉ (rounded up
-//     to a whole millisecond, at least one) after the last call that found
-//     it live — the admission that wrote it, or a later denial or peek
-//     whose ResetAfter is above 0. Such a call changes only the expiry,
-//     never the state. So a state is forgotten exactly when it is back to
-//     full under the limit of the last call that saw it, and never before
-//     the RetryAfter that call reported.
-//   - Expiry runs on the store's time, the latest now any call has
-//     brought, as a Redis TTL runs on the server's clock: a call whose
-//     clock is behind it neither finds an expired state again nor makes a
-//     state it sees expire sooner.
+//     written, the way a Redis key with a TTL is: at now + ⌈ResetAfter⌉
+//     (rounded up to a whole millisecond, at least one) of the last call
+//     that found it live — the admission that wrote it, or a later denial
+//     or peek whose ResetAfter is above 0. Such a call changes only the
+//     expiry, never the state. So a state is forgotten exactly when it is
+//     back to full under the limit of the last call that saw it, and never
+//     before the RetryAfter that call reported.
 //
 // The model does not validate limits: give it only limits that
 // tollgate.Limit.Validate accepts.
@@ -61,8 +57,6 @@ var ErrCost = errors.New("model: cost out of range")
 // New. It is not safe for concurrent use.
 type Model struct {
 	states map[stateKey]entry
-	// latest is the store's time: the latest now of any call (µs).
-	latest int64
 }
 
 // entry is a state and when it expires (µs since the Unix epoch): from then
@@ -88,11 +82,7 @@ func New() *Model { return &Model{states: make(map[stateKey]entry)} }
 
 // Clone returns an independent copy of m: decisions on either do not affect
 // the other. Use it to ask what would happen without changing m.
-func (m *Model) Clone() *Model { return &Model{states: maps.Clone(m.states), latest: m.latest} }
-
-// Now returns the store's time: the latest now of any call the model has
-// decided (µs since the Unix epoch). Expiry runs on it.
-func (m *Model) Now() int64 { return m.latest }
+func (m *Model) Clone() *Model { return &Model{states: maps.Clone(m.states)} }
 
 // Reset forgets key's state under limit's algorithm and period.
 func (m *Model) Reset(key string, limit tollgate.Limit) {
@@ -108,9 +98,8 @@ func (m *Model) Has(key string, limit tollgate.Limit) bool {
 }
 
 // Expiry returns when key's state under limit's algorithm and period
-// expires, in µs since the Unix epoch on the store's time (Now), and
-// whether the model holds state there (Has). A call once the store's time
-// (its own now included) has reached that instant finds no state.
+// expires, in µs since the Unix epoch, and whether the model holds state
+// there (Has). A call at or after that instant finds no state.
 func (m *Model) Expiry(key string, limit tollgate.Limit) (int64, bool) {
 	e, ok := m.states[stateKey{key, limit.Algorithm, limit.Period}]
 	return e.expires, ok
@@ -154,9 +143,8 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	}
 	sk := stateKey{key, limit.Algorithm, limit.Period}
 	l := newLim(limit)
-	m.latest = max(m.latest, now)
 	e, live := m.states[sk]
-	if live && m.latest >= e.expires {
+	if live && now >= e.expires {
 		delete(m.states, sk) // expired: the key holds nothing
 		live = false
 	}
@@ -189,11 +177,11 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 		if !o.allowed || n == 0 {
 			panic("model: a denial or a peek wrote state") // the model's own invariant
 		}
-		m.states[sk] = entry{next, add(m.latest, ttl(o.reset))}
+		m.states[sk] = entry{next, add(now, ttl(o.reset))}
 	case live && o.reset > 0:
 		// A call that found the state live keeps it until it is full under
 		// this call's limit: its content stays, its expiry moves.
-		m.states[sk] = entry{old, add(m.latest, ttl(o.reset))}
+		m.states[sk] = entry{old, add(now, ttl(o.reset))}
 	}
 	return tollgate.Result{
 		Allowed:    o.allowed,
