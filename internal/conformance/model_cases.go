@@ -39,6 +39,8 @@ func ModelCases() []ModelCase {
 	lbHigh := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10_000_000, Period: 24 * time.Hour, Burst: 1_000_000_000}
 	lbLow := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1}
 	shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	tbFast := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 1}
+	tbSlow := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
 	gcra := tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Second, Burst: 3}
 	logRun := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 20, Period: time.Second}
 	var sameMicro []ModelCall
@@ -80,6 +82,11 @@ func ModelCases() []ModelCase {
 			{time.Second, shaper, 1}, {time.Second / 2, shaper, 1},
 		}},
 		{"sliding log entries sharing one microsecond", sameMicro},
+		// The admission keeps the key 100ms, full again at 10/s; the
+		// denial under 1/s reports 500ms and must keep it that long.
+		{"a denial after the rate was lowered outlives the write's expiry", []ModelCall{
+			{0, tbFast, 1}, {50 * time.Millisecond, tbSlow, 1}, {200 * time.Millisecond, tbSlow, 1},
+		}},
 	}
 }
 
