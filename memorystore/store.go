@@ -76,6 +76,12 @@ type config struct {
 // clock, anchored to the wall clock when New ran: a step of the system clock
 // (NTP, an operator) neither rewards nor punishes anyone, and a read costs
 // one clock call instead of time.Now's two.
+//
+// A key's state expires when a call on it finds it expired, at that call's
+// time. Once the store is half full it also reclaims expired states when
+// new keys arrive, at the new key's time: if now then steps back behind a
+// reclaimed state's expiry, that key starts afresh where it would otherwise
+// have found its state again. The monotonic clock never steps back.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
 }
