@@ -83,7 +83,5 @@ func FuzzSlidingWindowCounter(f *testing.F) { fuzzModel(f, tollgate.SlidingWindo
 func FuzzLeakyBucket(f *testing.F)          { fuzzModel(f, tollgate.LeakyBucket) }
 
 func TestModelCases(t *testing.T) {
-	conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
-		return memorystore.New(memorystore.WithClock(now))
-	})
+	conformance.RunModelCases(t, modelTarget())
 }

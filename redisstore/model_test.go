@@ -226,9 +226,7 @@ func TestModelCases(t *testing.T) {
 		client func(*testing.T) redis.UniversalClient
 	}{{"standalone", standalone}, {"cluster", clustered}} {
 		t.Run(topo.name, func(t *testing.T) {
-			conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
-				return redisstore.New(topo.client(t), redisstore.WithClock(now))
-			})
+			conformance.RunModelCases(t, modelTarget(topo.client))
 		})
 	}
 }

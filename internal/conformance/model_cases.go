@@ -90,22 +90,29 @@ func ModelCases() []ModelCase {
 	}
 }
 
-// RunModelCases runs every ModelCase on the store newStore makes, each on a
+// RunModelCases runs every ModelCase on the store target makes, each on a
 // key of its own, and fails at the first Result that differs from the
-// model's.
-func RunModelCases(t *testing.T, newStore func(now func() time.Time) tollgate.Store) {
+// model's. It checks what the store keeps with target's hooks, as
+// ModelDifferential does.
+func RunModelCases(t *testing.T, target ModelTarget) {
 	for _, mc := range ModelCases() {
 		t.Run(mc.Name, func(t *testing.T) {
 			clock := NewClock()
-			s := newStore(clock.Now)
+			s := target.New(t, clock.Now)
 			m := model.New()
 			key := fmt.Sprintf("modelcase:%d", rand.Int64())
 			for i, c := range mc.Calls {
 				clock.Set(c.At)
 				now := T0.Add(c.At).UnixMicro()
+				live := expireBefore(t, target, s, m, key, c.Limit, now)
 				want, err := m.AllowN(key, c.Limit, c.N, now)
 				if err != nil {
 					t.Fatal(err)
+				}
+				wrote := want.Allowed && c.N > 0
+				var before any
+				if !wrote && target.Before != nil {
+					before = target.Before(t, s, key, c.Limit)
 				}
 				got, err := s.AllowN(context.Background(), key, c.Limit, c.N)
 				if err != nil {
@@ -113,6 +120,9 @@ func RunModelCases(t *testing.T, newStore func(now func() time.Time) tollgate.St
 				}
 				if got != want {
 					t.Fatalf("call %d (at T0+%v, n %d, %v):\n got %s\nwant %s", i, c.At, c.N, c.Limit, show(got), show(want))
+				}
+				if target.After != nil && target.After(t, s, key, c.Limit, got, wrote, before, expiryAfter(m, key, c.Limit, got, wrote, live)) {
+					m.Reset(key, c.Limit)
 				}
 			}
 		})

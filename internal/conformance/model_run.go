@@ -85,15 +85,11 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 		clock.Set(time.UnixMicro(c.Now).Sub(T0))
 
 		exp, held := oracle.Expiry(key, c.Limit)
-		live := held && c.Now < exp
-		if held && !live {
-			// The state expires now: the model forgets it, and so must the
-			// store; what was admitted under it is no longer bounded.
+		if held && c.Now >= exp {
+			// What was admitted under an expired state is no longer bounded.
 			tr.forget()
-			if target.Expire != nil {
-				target.Expire(tb, store, key, c.Limit)
-			}
 		}
+		live := expireBefore(tb, target, store, oracle, key, c.Limit, c.Now)
 		want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
 		wrote := werr == nil && want.Allowed && c.N > 0
 		var before any
@@ -118,16 +114,33 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 		// RetryAfter, and changes nothing else.
 		checkRetry(tb, i, oracle, key, c, want, tr)
 		tr.admit(tb, i, c, got)
-		var e Expiry
-		if at, ok := oracle.Expiry(key, c.Limit); ok {
-			e = Expiry{Held: true, At: time.UnixMicro(at), Set: wrote || live && want.ResetAfter > 0}
-		}
-		if target.After != nil && target.After(tb, store, key, c.Limit, got, wrote, before, e) {
+		if target.After != nil && target.After(tb, store, key, c.Limit, got, wrote, before, expiryAfter(oracle, key, c.Limit, want, wrote, live)) {
 			oracle.Reset(key, c.Limit)
 			trails[name] = &trail{}
 		}
 		gen.Saw(got)
 	}
+}
+
+// expireBefore reports whether the model holds a live state for key at now,
+// before a call; when the state has expired, the model forgets it at the
+// call, and so must the store: target's Expire is called.
+func expireBefore(tb testing.TB, target ModelTarget, s tollgate.Store, m *model.Model, key string, l tollgate.Limit, now int64) (live bool) {
+	exp, held := m.Expiry(key, l)
+	if held && now >= exp && target.Expire != nil {
+		target.Expire(tb, s, key, l)
+	}
+	return held && now < exp
+}
+
+// expiryAfter returns the model's Expiry after a call that found the state
+// live (or not) and wrote (or not).
+func expiryAfter(m *model.Model, key string, l tollgate.Limit, r tollgate.Result, wrote, live bool) Expiry {
+	at, ok := m.Expiry(key, l)
+	if !ok {
+		return Expiry{}
+	}
+	return Expiry{Held: true, At: time.UnixMicro(at), Set: wrote || live && r.ResetAfter > 0}
 }
 
 // checkResult checks what holds for every Result, whatever the algorithm.
