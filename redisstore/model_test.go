@@ -37,6 +37,7 @@ const keep = time.Hour
 // time a TTL has run, and reads the test's clock.
 type timedStore struct {
 	*redisstore.Store
+	rdb  redis.UniversalClient // the store's client, for the checks: one per test
 	now  func() time.Time
 	sent time.Time
 }
@@ -54,20 +55,23 @@ func (s *timedStore) AllowN(ctx context.Context, key string, l tollgate.Limit, n
 func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.ModelTarget {
 	return conformance.ModelTarget{
 		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
-			return &timedStore{Store: redisstore.New(client(tb.(*testing.T)), redisstore.WithClock(now)), now: now}
+			rdb := client(tb.(*testing.T))
+			return &timedStore{Store: redisstore.New(rdb, redisstore.WithClock(now)), rdb: rdb, now: now}
 		},
 		Expire: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) {
-			if err := client(tb.(*testing.T)).Del(context.Background(), s.(*timedStore).Key(key, l)).Err(); err != nil {
+			ts := s.(*timedStore)
+			if err := ts.rdb.Del(context.Background(), ts.Key(key, l)).Err(); err != nil {
 				tb.Fatal(err)
 			}
 		},
 		Before: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) any {
-			return dump(tb, client(tb.(*testing.T)), s.(*timedStore).Key(key, l))
+			ts := s.(*timedStore)
+			return dump(tb, ts.rdb, ts.Key(key, l))
 		},
 		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any, exp conformance.Expiry) bool {
 			tb.Helper()
 			ts := s.(*timedStore)
-			rdb := client(tb.(*testing.T))
+			rdb := ts.rdb
 			name := ts.Key(key, l)
 			if !exp.Set {
 				if !wrote {
