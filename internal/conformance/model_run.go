@@ -84,12 +84,16 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 		}
 		clock.Set(time.UnixMicro(c.Now).Sub(T0))
 
-		exp, held := oracle.Expiry(key, c.Limit)
-		if held && c.Now >= exp {
-			// What was admitted under an expired state is no longer bounded.
-			tr.forget()
+		// A cost the store refuses reaches no state: it expires nothing.
+		var live bool
+		if c.N >= 0 && int64(c.N) <= model.Capacity(c.Limit) {
+			exp, held := oracle.Expiry(key, c.Limit)
+			if held && c.Now >= exp {
+				// What was admitted under an expired state is no longer bounded.
+				tr.forget()
+			}
+			live = expireBefore(tb, target, store, oracle, key, c.Limit, c.Now)
 		}
-		live := expireBefore(tb, target, store, oracle, key, c.Limit, c.Now)
 		want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
 		wrote := werr == nil && want.Allowed && c.N > 0
 		var before any
