@@ -44,7 +44,7 @@ func decide(s *state, fresh bool, p *tollgate.Params, now, n int64) decision {
 	case tollgate.FixedWindow:
 		return fixedWindow(s, fresh, p, now, n)
 	case tollgate.SlidingWindowLog:
-		return slidingWindowLog(s, p, now, n)
+		return slidingWindowLog(s, fresh, p, now, n)
 	case tollgate.SlidingWindowCounter:
 		return slidingWindowCounter(s, fresh, p, now, n)
 	case tollgate.LeakyBucket:
@@ -95,8 +95,12 @@ func leakyBucket(s *state, fresh bool, p *tollgate.Params, now, n int64) (d deci
 	level, ts := int64(0), now
 	if !fresh {
 		level, ts = s.a, s.b
-		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
-			level = exact.MulDiv(level, p.Unit, s.c, exact.Max-capacity-p.MaxDelayUS*p.UnitRate)
+		if s.c != p.Unit {
+			// The rate changed: convert exactly, rounding down, and clamp
+			// to the most the bucket can hold, Burst and what MaxDelay
+			// queues (a level of 10^9 draining at 1 a day would outlast any
+			// duration).
+			level = exact.MulDiv(level, p.Unit, s.c, capacity+p.MaxDelayUS*p.UnitRate)
 		}
 		if now > ts {
 			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
@@ -234,9 +238,11 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 		}
 		if at == 0 {
 			// In the next window, where this window's count fades instead.
+			// k is below 0 when this window's count alone leaves room at
+			// the next window's start: the request fits there.
 			k := int64(0)
 			if cur > 0 {
-				k = steps - (p.Rate-n)*steps/cur
+				k = max(steps-(p.Rate-n)*steps/cur, 0)
 			}
 			at = start + period + k*grain
 		}
@@ -256,27 +262,36 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 	return d
 }
 
-func slidingWindowLog(s *state, p *tollgate.Params, now, n int64) (d decision) {
+func slidingWindowLog(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	log := &s.log
+	if fresh { // an expired log: keep its buffer, not its entries
+		log.head, log.n = 0, 0
+	}
 	at := now
 	if log.len() > 0 && log.newest() > now {
 		at = log.newest()
 	}
-	for log.len() > 0 && log.at(0) <= at-p.PeriodUS {
-		log.pop()
-	}
-	count := int64(log.len())
+	// Count the entries in (at − period, at] without dropping the older
+	// ones: only an admission moves the key's time to at for good, so only
+	// then can they never count again (a call that spends nothing, the
+	// clock back behind at, would count them).
+	first := log.search(at - p.PeriodUS)
+	count := int64(log.len() - first)
 	d.allowed = n == 0 || count+n <= p.Rate
 	switch {
 	case !d.allowed:
 		// The oldest count+n-Rate entries must leave the window first.
-		d.retry = log.at(int(count+n-p.Rate-1)) + p.PeriodUS - now
+		d.retry = log.at(first+int(count+n-p.Rate-1)) + p.PeriodUS - now
 	case n > 0:
+		for range first {
+			log.pop()
+		}
 		log.push(at, int(n), int(p.Rate))
+		count += n
 		d.write = true
 	}
-	d.remaining = max(p.Rate-int64(log.len()), 0)
-	if log.len() > 0 {
+	d.remaining = max(p.Rate-count, 0)
+	if count > 0 {
 		d.reset = log.newest() + p.PeriodUS - now
 	}
 	return d
@@ -296,6 +311,21 @@ func (r *ring) at(i int) int64 { return r.buf[(r.head+i)%len(r.buf)] }
 func (r *ring) newest() int64  { return r.at(r.n - 1) }
 func (r *ring) pop()           { r.head = (r.head + 1) % len(r.buf); r.n-- }
 func (r *ring) bytes() int     { return 8 * cap(r.buf) }
+
+// search returns how many entries are at or before t: the index of the
+// first one after it.
+func (r *ring) search(t int64) int {
+	lo, hi := 0, r.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if r.at(mid) <= t {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
 func (r *ring) push(t int64, k, limit int) {
 	if r.n+k > len(r.buf) {
 		size := max(2*len(r.buf), r.n+k, 4)

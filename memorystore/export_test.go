@@ -14,3 +14,8 @@ func (s *Store) TTL(key string, limit tollgate.Limit) (time.Duration, bool) {
 	}
 	return exp.Sub(time.UnixMicro(s.clock())), true
 }
+
+// Until returns how long from the store's clock until t.
+func (s *Store) Until(t time.Time) time.Duration {
+	return t.Sub(time.UnixMicro(s.clock()))
+}

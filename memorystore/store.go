@@ -76,6 +76,12 @@ type config struct {
 // clock, anchored to the wall clock when New ran: a step of the system clock
 // (NTP, an operator) neither rewards nor punishes anyone, and a read costs
 // one clock call instead of time.Now's two.
+//
+// A key's state expires when a call on it finds it expired, at that call's
+// time. Once the store is half full it also reclaims expired states when
+// new keys arrive, at the new key's time: if now then steps back behind a
+// reclaimed state's expiry, that key starts afresh where it would otherwise
+// have found its state again. The monotonic clock never steps back.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
 }
@@ -142,6 +148,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 
 	sh.mu.Lock()
 	st, ok := sh.m[sk]
+	live := ok && st.expires > now
 	var d decision
 	switch {
 	case ok:
@@ -149,7 +156,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		// deleted it by then: the same once the limit changed, too (a
 		// token bucket full under a lower burst is not full under a higher
 		// one).
-		d = decide(st, st.expires <= now, &p, now, int64(n))
+		d = decide(st, !live, &p, now, int64(n))
 	case n == 0:
 		var fresh state // looking at a fresh key stores nothing
 		d = decide(&fresh, true, &p, now, 0)
@@ -160,8 +167,16 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 			s.insert(sh, sk, st, now)
 		}
 	}
-	if d.write {
-		// Kept as long as Redis keeps it: the TTL is whole ms, rounded up.
+	if ok && !live && !d.write {
+		// Seen expired, it is gone, as a Redis key is: a clock that steps
+		// back behind its expiry must not find it again.
+		st.expires = 0
+	}
+	if d.write || live && d.reset > 0 {
+		// Kept until it is full under the limit of the last call that saw
+		// it, as long as Redis keeps it: the TTL is whole ms, rounded up. A
+		// denial or a look sets it too (only it), so a state kept under
+		// another limit outlives the RetryAfter this call reports.
 		st.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
 	}
 	sh.mu.Unlock()

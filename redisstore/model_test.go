@@ -27,16 +27,18 @@ var (
 	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
 )
 
-// keep is how long a checked key is kept: Redis expires keys in real time
-// while the test's clock jumps, so after checking the TTL a write set, the
-// test lengthens it to outlive the test, and the model (which never
-// forgets) and Redis keep the same state.
+// keep is how long a checked key is kept in real time. Redis expires keys
+// in real time while the test's clock jumps, so the test reads the TTL a
+// call set, lengthens it to outlive the test, and expires the key itself
+// (DEL) once the test's clock reaches the model's expiry.
 const keep = time.Hour
 
-// timedStore remembers when its last decision was sent, to tell a TTL that
-// ran out in real time from one that was never set.
+// timedStore remembers when its last decision was sent, to bound the real
+// time a TTL has run, and reads the test's clock.
 type timedStore struct {
 	*redisstore.Store
+	rdb  redis.UniversalClient // the store's client, for the checks: one per test
+	now  func() time.Time
 	sent time.Time
 }
 
@@ -46,50 +48,72 @@ func (s *timedStore) AllowN(ctx context.Context, key string, l tollgate.Limit, n
 }
 
 // modelTarget checks a Redis store against the model, and what it keeps in
-// Redis: every write leaves a TTL of ResetAfter rounded up to a millisecond;
-// a call that spends nothing leaves the key byte for byte as it was (DUMP).
+// Redis: a call that spends nothing leaves the key byte for byte as it was
+// (DUMP), and every call that sets the key's expiry in the model (a write,
+// or a denial or look that found it live) sets the TTL to the model's,
+// ResetAfter rounded up to a millisecond.
 func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.ModelTarget {
 	return conformance.ModelTarget{
 		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
-			return &timedStore{Store: redisstore.New(client(tb.(*testing.T)), redisstore.WithClock(now))}
+			rdb := client(tb.(*testing.T))
+			return &timedStore{Store: redisstore.New(rdb, redisstore.WithClock(now)), rdb: rdb, now: now}
+		},
+		Expire: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) {
+			ts := s.(*timedStore)
+			if err := ts.rdb.Del(context.Background(), ts.Key(key, l)).Err(); err != nil {
+				tb.Fatal(err)
+			}
 		},
 		Before: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) any {
-			return dump(tb, client(tb.(*testing.T)), s.(*timedStore).Key(key, l))
+			ts := s.(*timedStore)
+			return dump(tb, ts.rdb, ts.Key(key, l))
 		},
-		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any) bool {
+		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any, exp conformance.Expiry) bool {
 			tb.Helper()
 			ts := s.(*timedStore)
-			rdb := client(tb.(*testing.T))
+			rdb := ts.rdb
 			name := ts.Key(key, l)
-			if !wrote {
-				if after := dump(tb, rdb, name); !bytes.Equal(after, before.([]byte)) {
-					tb.Fatalf("a call that spent nothing (%v, Allowed %v) changed what Redis keeps for the key", l, r.Allowed)
+			if !exp.Set {
+				if !wrote {
+					if after := dump(tb, rdb, name); !bytes.Equal(after, before.([]byte)) {
+						tb.Fatalf("a call that spent nothing (%v, Allowed %v) changed what Redis keeps for the key", l, r.Allowed)
+					}
 				}
 				return false
 			}
+			// Read the value and the TTL and lengthen it at once: the call
+			// may have set a TTL of a millisecond, which runs out in real
+			// time.
 			ctx := context.Background()
-			var ttl *redis.DurationCmd
+			var (
+				value *redis.StringCmd
+				ttl   *redis.DurationCmd
+			)
 			if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				value = p.Dump(ctx, name)
 				ttl = p.PTTL(ctx, name)
 				p.PExpire(ctx, name, keep)
 				return nil
-			}); err != nil {
+			}); err != nil && !errors.Is(err, redis.Nil) {
 				tb.Fatal(err)
 			}
-			hi := (r.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond)
+			// Redis counts the TTL on a millisecond clock, in real time,
+			// from when the script ran.
+			elapsed := time.Since(ts.sent)
+			want := exp.At.Sub(ts.now())
 			switch got := ttl.Val(); {
 			case got == -2: // gone (go-redis reports PTTL's -2 as -2ns): its TTL ran out in real time
-				// Redis counts expiry on a millisecond clock read when the
-				// script started: a key can go up to a millisecond or two
-				// before its TTL has run in real time.
-				if elapsed := time.Since(ts.sent); elapsed < hi-2*time.Millisecond {
-					tb.Fatalf("the key vanished %v after a write that set a TTL of %v", elapsed, hi)
+				if elapsed < want-time.Millisecond {
+					tb.Fatalf("the key vanished %v after a call that set a TTL of %v", elapsed, want)
 				}
 				return true
 			case got < 0: // -1: no TTL
-				tb.Fatalf("a write left the key without a TTL (PTTL %d)", got)
-			case got > max(hi, time.Millisecond):
-				tb.Fatalf("TTL %v after a write, above ResetAfter %v rounded up to a millisecond", got, r.ResetAfter)
+				tb.Fatalf("the key has no TTL after %v n %v (PTTL %d)", l, r, got)
+			case got > want || got < want-elapsed-time.Millisecond:
+				tb.Fatalf("TTL %v after %v (ResetAfter %v, Allowed %v), want the model's %v less the %v since the call", got, l, r.ResetAfter, r.Allowed, want, elapsed)
+			}
+			if !wrote && !bytes.Equal([]byte(value.Val()), before.([]byte)) {
+				tb.Fatalf("a call that spent nothing (%v, Allowed %v) changed what Redis keeps for the key", l, r.Allowed)
 			}
 			return false
 		},
@@ -206,9 +230,7 @@ func TestModelCases(t *testing.T) {
 		client func(*testing.T) redis.UniversalClient
 	}{{"standalone", standalone}, {"cluster", clustered}} {
 		t.Run(topo.name, func(t *testing.T) {
-			conformance.RunModelCases(t, func(now func() time.Time) tollgate.Store {
-				return redisstore.New(topo.client(t), redisstore.WithClock(now))
-			})
+			conformance.RunModelCases(t, modelTarget(topo.client))
 		})
 	}
 }

@@ -372,9 +372,10 @@ func edgeScenarios() []scenario {
 		}},
 		{name: "look after the limit was lowered", limit: perMinute(tollgate.LeakyBucket, 10), steps: []step{
 			allow(0, 8, 2, 48*second),
-			// 8 queued at 2/min drain in 240s.
-			under(perMinute(tollgate.LeakyBucket, 2), peek(0, 0, 240*second)),
-			under(perMinute(tollgate.LeakyBucket, 2), deny(0, 1, 0, 210*second, 240*second)),
+			// The level of 8 is converted to the new rate's unit and
+			// clamped to the 2 the bucket now holds, which drain in 60s.
+			under(perMinute(tollgate.LeakyBucket, 2), peek(0, 0, 60*second)),
+			under(perMinute(tollgate.LeakyBucket, 2), deny(0, 1, 0, 30*second, 60*second)),
 		}},
 		{name: "look after the clock went backwards", limit: with(bucket, tollgate.GCRA), steps: []step{
 			allow(10*second, 5, 0, 2500*ms),

@@ -17,17 +17,16 @@ import (
 // the hand-computed scenarios check the oracle too. It validates requests
 // as every Store does (tollgate.CheckRequest) before asking the model.
 type ModelStore struct {
-	mu      sync.Mutex
-	m       *model.Model
-	now     func() time.Time
-	expires map[string]time.Time
+	mu  sync.Mutex
+	m   *model.Model
+	now func() time.Time
 }
 
 var _ tollgate.Store = (*ModelStore)(nil)
 
 // NewModelStore returns a ModelStore that has seen no key.
 func NewModelStore(now func() time.Time) *ModelStore {
-	return &ModelStore{m: model.New(), now: now, expires: make(map[string]time.Time)}
+	return &ModelStore{m: model.New(), now: now}
 }
 
 func stateName(key string, l tollgate.Limit) string {
@@ -46,9 +45,6 @@ func (s *ModelStore) AllowN(ctx context.Context, key string, limit tollgate.Limi
 	if err != nil {
 		return r, fmt.Errorf("conformance: %w", err)
 	}
-	if r.Allowed && n > 0 {
-		s.expires[stateName(key, limit)] = now.Add(r.ResetAfter)
-	}
 	return r, nil
 }
 
@@ -60,12 +56,12 @@ func (s *ModelStore) Reset(ctx context.Context, key string, limit tollgate.Limit
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m.Reset(key, limit)
-	delete(s.expires, stateName(key, limit))
 	return nil
 }
 
-// ModelBackend is the reference model as a Backend. Its TTL is ResetAfter
-// of the last write, the TTL every store must give a state.
+// ModelBackend is the reference model as a Backend. Its TTL is the model's
+// expiry: ResetAfter of the last call that found the state live, rounded up
+// to a whole millisecond, the TTL every store must give a state.
 func ModelBackend() Backend {
 	return Backend{
 		New: func(t *testing.T, now func() time.Time) tollgate.Store { return NewModelStore(now) },
@@ -73,12 +69,13 @@ func ModelBackend() Backend {
 			ms := s.(*ModelStore)
 			ms.mu.Lock()
 			defer ms.mu.Unlock()
-			exp, ok := ms.expires[stateName(key, limit)]
+			exp, ok := ms.m.Expiry(key, limit)
 			if !ok {
 				return 0, false
 			}
-			return exp.Sub(ms.now()), true
+			return time.UnixMicro(exp).Sub(ms.now()), true
 		},
+		TTLGrain: time.Millisecond,
 	}
 }
 

@@ -39,6 +39,8 @@ func ModelCases() []ModelCase {
 	lbHigh := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10_000_000, Period: 24 * time.Hour, Burst: 1_000_000_000}
 	lbLow := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1}
 	shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	tbFast := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 1}
+	tbSlow := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
 	gcra := tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Second, Burst: 3}
 	logRun := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 20, Period: time.Second}
 	var sameMicro []ModelCall
@@ -55,6 +57,11 @@ func ModelCases() []ModelCase {
 		// clock steps back to 160µs it still counts.
 		{"sliding log keeps entries a later call saw expire", []ModelCall{
 			{100 * us, swl, 1}, {150 * us, swl, 1}, {205 * us, swl, 0}, {160 * us, swl, 1},
+		}},
+		// Nor must a denial at 205µs: it writes nothing, so the entry at
+		// 100µs still counts once the clock is back at 160µs.
+		{"sliding log keeps entries a later denial saw expire", []ModelCall{
+			{100 * us, swl, 1}, {150 * us, swl, 1}, {205 * us, swl, 2}, {160 * us, swl, 1},
 		}},
 		{"fixed window peek after the limit was lowered", []ModelCall{
 			{0, fw, 3}, {0, fwLow, 0},
@@ -75,25 +82,37 @@ func ModelCases() []ModelCase {
 			{time.Second, shaper, 1}, {time.Second / 2, shaper, 1},
 		}},
 		{"sliding log entries sharing one microsecond", sameMicro},
+		// The admission keeps the key 100ms, full again at 10/s; the
+		// denial under 1/s reports 500ms and must keep it that long.
+		{"a denial after the rate was lowered outlives the write's expiry", []ModelCall{
+			{0, tbFast, 1}, {50 * time.Millisecond, tbSlow, 1}, {200 * time.Millisecond, tbSlow, 1},
+		}},
 	}
 }
 
-// RunModelCases runs every ModelCase on the store newStore makes, each on a
+// RunModelCases runs every ModelCase on the store target makes, each on a
 // key of its own, and fails at the first Result that differs from the
-// model's.
-func RunModelCases(t *testing.T, newStore func(now func() time.Time) tollgate.Store) {
+// model's. It checks what the store keeps with target's hooks, as
+// ModelDifferential does.
+func RunModelCases(t *testing.T, target ModelTarget) {
 	for _, mc := range ModelCases() {
 		t.Run(mc.Name, func(t *testing.T) {
 			clock := NewClock()
-			s := newStore(clock.Now)
+			s := target.New(t, clock.Now)
 			m := model.New()
 			key := fmt.Sprintf("modelcase:%d", rand.Int64())
 			for i, c := range mc.Calls {
 				clock.Set(c.At)
 				now := T0.Add(c.At).UnixMicro()
+				live := expireBefore(t, target, s, m, key, c.Limit, now)
 				want, err := m.AllowN(key, c.Limit, c.N, now)
 				if err != nil {
 					t.Fatal(err)
+				}
+				wrote := want.Allowed && c.N > 0
+				var before any
+				if !wrote && target.Before != nil {
+					before = target.Before(t, s, key, c.Limit)
 				}
 				got, err := s.AllowN(context.Background(), key, c.Limit, c.N)
 				if err != nil {
@@ -101,6 +120,9 @@ func RunModelCases(t *testing.T, newStore func(now func() time.Time) tollgate.St
 				}
 				if got != want {
 					t.Fatalf("call %d (at T0+%v, n %d, %v):\n got %s\nwant %s", i, c.At, c.N, c.Limit, show(got), show(want))
+				}
+				if target.After != nil && target.After(t, s, key, c.Limit, got, wrote, before, expiryAfter(m, key, c.Limit, got, wrote, live)) {
+					m.Reset(key, c.Limit)
 				}
 			}
 		})

@@ -3,10 +3,12 @@ package model
 import "math/big"
 
 // bucketState is a token bucket's tokens or a leaky bucket's level, in
-// tokens, at ts (µs): the last time anything was admitted.
+// tokens, at ts (µs): the last time anything was admitted, and the unit
+// (parts per token) of the limit that admitted it.
 type bucketState struct {
 	amount *big.Rat
 	ts     int64
+	unit   *big.Int
 }
 
 func (*bucketState) isState() {}
@@ -53,7 +55,7 @@ func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	case tokens.Cmp(cost) >= 0:
 		o.allowed = true
 		tokens = ratSub(tokens, cost)
-		next = &bucketState{amount: tokens, ts: ts}
+		next = &bucketState{amount: tokens, ts: ts, unit: l.unit()}
 	default:
 		o.retry = add(lag, l.usFor(ratSub(cost, tokens)))
 	}
@@ -68,7 +70,10 @@ func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 // per Period. A level kept under another rate is converted to this rate's
 // unit, rounded down, and clamped to the most this limit can hold: Burst
 // plus what MaxDelay queues (a level left by a far higher rate would
-// otherwise take longer than any duration can say to drain). A request that fits under Burst goes at once. A policer
+// otherwise take longer than any duration can say to drain). A level kept
+// under the same rate is kept whole, even above a lowered Burst: it drains
+// in the time it always would have. A request that fits under Burst goes
+// at once. A policer
 // (MaxDelay 0) rejects one that overflows; a shaper admits it with Delay =
 // the lag plus the time until enough has drained, if that is at most
 // MaxDelay, and the level then stands above Burst by what is queued.
@@ -78,7 +83,10 @@ func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	most := ratAdd(capacity, ratMul(ratInt(l.maxDelay), l.perUS()))
 	level, ts := ratInt(0), now
 	if s != nil {
-		level, ts = ratMin(roundDown(s.amount, l.unit()), most), s.ts
+		level, ts = s.amount, s.ts
+		if s.unit.Cmp(l.unit()) != 0 {
+			level = ratMin(roundDown(level, l.unit()), most)
+		}
 		if now > ts {
 			drained := ratMul(ratInt(now-ts), l.perUS())
 			level = ratMax(ratInt(0), ratSub(level, drained))
@@ -108,7 +116,7 @@ func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	}
 	if o.allowed && n > 0 {
 		level = ratAdd(level, ratInt(n))
-		next = &bucketState{amount: level, ts: ts}
+		next = &bucketState{amount: level, ts: ts, unit: l.unit()}
 	}
 	o.remaining = max(floorRat(ratSub(capacity, level)), 0)
 	if level.Sign() > 0 {

@@ -44,7 +44,11 @@ func gcra(s *gcraState, l lim, now, n int64) (outcome, state) {
 		o.retry = ceilRat(ratSub(ratSub(next, tolerance), nowR))
 	}
 	ahead := ratSub(tat, nowR) // how far the key is spent ahead of now
-	o.remaining = max(floorRat(ratMul(ratSub(tolerance, ahead), ratFrac(l.rate, l.period))), 0)
+	// None remains when ahead is past the tolerance: after a far step back
+	// of the clock, what is missing is far below any int64.
+	if room := ratSub(tolerance, ahead); room.Sign() > 0 {
+		o.remaining = floorRat(ratMul(room, ratFrac(l.rate, l.period)))
+	}
 	o.reset = ceilRat(ahead)
 	return o, written
 }

@@ -7,8 +7,7 @@
 // fixed-point units, no precomputed Params, no shortcuts. Amounts of tokens,
 // emission intervals and arrival times are exact rationals (math/big.Rat);
 // counts and times are int64 with checked arithmetic. It is slow on purpose
-// and keeps every key forever, the way a store that never reclaims memory
-// would.
+// and keeps every key until its expiry, as the stores do.
 //
 // The semantics it encodes, beyond each algorithm's definition:
 //
@@ -29,6 +28,14 @@
 //     to the new unit rounded down; GCRA's theoretical arrival time is kept
 //     in units of 1/v µs, v = rate/gcd(rate, period), and a changed rate
 //     rounds it up to the new unit.
+//   - A state expires, and is then forgotten as if it had never been
+//     written, the way a Redis key with a TTL is: at now + ⌈ResetAfter⌉
+//     (rounded up to a whole millisecond, at least one) of the last call
+//     that found it live — the admission that wrote it, or a later denial
+//     or peek whose ResetAfter is above 0. Such a call changes only the
+//     expiry, never the state. So a state is forgotten exactly when it is
+//     back to full under the limit of the last call that saw it, and never
+//     before the RetryAfter that call reported.
 //
 // The model does not validate limits: give it only limits that
 // tollgate.Limit.Validate accepts.
@@ -49,7 +56,14 @@ var ErrCost = errors.New("model: cost out of range")
 // Model holds the state of every key. The zero value is not usable; call
 // New. It is not safe for concurrent use.
 type Model struct {
-	states map[stateKey]state
+	states map[stateKey]entry
+}
+
+// entry is a state and when it expires (µs since the Unix epoch): from then
+// on the key decides as if it held nothing.
+type entry struct {
+	st      state
+	expires int64
 }
 
 // stateKey is what a store keys its state by.
@@ -64,7 +78,7 @@ type stateKey struct {
 type state interface{ isState() }
 
 // New returns a model that has seen no key.
-func New() *Model { return &Model{states: make(map[stateKey]state)} }
+func New() *Model { return &Model{states: make(map[stateKey]entry)} }
 
 // Clone returns an independent copy of m: decisions on either do not affect
 // the other. Use it to ask what would happen without changing m.
@@ -76,10 +90,26 @@ func (m *Model) Reset(key string, limit tollgate.Limit) {
 }
 
 // Has reports whether the model holds state for key under limit's algorithm
-// and period: whether a request has ever been admitted there.
+// and period: whether a request has been admitted there that the model has
+// not yet seen expire.
 func (m *Model) Has(key string, limit tollgate.Limit) bool {
 	_, ok := m.states[stateKey{key, limit.Algorithm, limit.Period}]
 	return ok
+}
+
+// Expiry returns when key's state under limit's algorithm and period
+// expires, in µs since the Unix epoch, and whether the model holds state
+// there (Has). A call at or after that instant finds no state.
+func (m *Model) Expiry(key string, limit tollgate.Limit) (int64, bool) {
+	e, ok := m.states[stateKey{key, limit.Algorithm, limit.Period}]
+	return e.expires, ok
+}
+
+// ttl returns how long a state is kept after a call that reports reset
+// (µs): reset rounded up to a whole millisecond, at least one, as a Redis
+// PEXPIRE of ⌈reset⌉ ms.
+func ttl(reset int64) int64 {
+	return max(1, (reset+999)/1000) * 1000
 }
 
 // Capacity returns the largest cost one request can be admitted with under
@@ -113,7 +143,15 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	}
 	sk := stateKey{key, limit.Algorithm, limit.Period}
 	l := newLim(limit)
-	old := m.states[sk]
+	e, live := m.states[sk]
+	if live && now >= e.expires {
+		delete(m.states, sk) // expired: the key holds nothing
+		live = false
+	}
+	old := e.st
+	if !live {
+		old = nil
+	}
 	var (
 		o    outcome
 		next state
@@ -134,11 +172,16 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	default:
 		return tollgate.Result{Limit: limit}, fmt.Errorf("model: unknown algorithm %v", limit.Algorithm)
 	}
-	if next != nil {
+	switch {
+	case next != nil:
 		if !o.allowed || n == 0 {
 			panic("model: a denial or a peek wrote state") // the model's own invariant
 		}
-		m.states[sk] = next
+		m.states[sk] = entry{next, add(now, ttl(o.reset))}
+	case live && o.reset > 0:
+		// A call that found the state live keeps it until it is full under
+		// this call's limit: its content stays, its expiry moves.
+		m.states[sk] = entry{old, add(now, ttl(o.reset))}
 	}
 	return tollgate.Result{
 		Allowed:    o.allowed,

@@ -17,7 +17,9 @@
 --     key's name: a clock that went backwards into an earlier window finds
 --     a newer index and stays in that window instead of starting a fresh,
 --     empty one — it is never rewarded.
---   * A denied request writes nothing; the TTL runs to the window's end.
+--   * A denied request writes nothing; the TTL runs to the window's end,
+--     set by every call that finds a count in it (a denial or a look only
+--     the TTL: the key must outlive the retry-after it reports).
 --   * n = 0 only looks: it is always allowed (a lowered limit can leave the
 --     count above it, and looking must not fail for that).
 local key = KEYS[1]
@@ -45,13 +47,21 @@ if n == 0 or count + n <= limit then
   if n > 0 then
     count = count + n
     redis.call('HSET', key, 'w', int(window), 'c', int(count))
-    expire(key, finish - now)
   end
 else
   retry = finish - now
 end
 if count > 0 then
   reset = finish - now
+end
+if allowed == 1 and n > 0 then
+  expire(key, reset)
+elseif st[1] and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
+  expire(key, reset)
 end
 -- A lowered limit can leave count above it: nothing remains, not less.
 return {allowed, math.max(limit - count, 0), retry, reset, 0}

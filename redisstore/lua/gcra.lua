@@ -35,7 +35,9 @@
 --   * n = 0 only looks: always allowed, even when the lag of a clock that
 --     stepped back puts the TAT beyond the tolerance.
 --   * SET ... PX writes the value and its TTL (until the TAT) in one
---     command; a denied request writes nothing.
+--     command; a denied request writes nothing. A denial or a look that
+--     finds the TAT ahead sets the TTL only (to reset-after, under its own
+--     limit), so the key outlives the retry-after it reports.
 local key = KEYS[1]
 local rate = tonumber(ARGV[1])
 local unit = tonumber(ARGV[2])
@@ -108,6 +110,12 @@ if allowed == 1 and n > 0 then
     value = value .. ':' .. int(frac) .. ':' .. int(rate)
   end
   redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+elseif v and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
+  expire(key, reset)
 end
 local remaining, used = 0, ahead * rate + frac
 if used < burst * unit then

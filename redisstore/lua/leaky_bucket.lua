@@ -24,11 +24,12 @@
 --     exact: the instant at which that delay is the max delay.
 --   * n = 0 only looks: always allowed, no delay (nothing is sent), even
 --     when a lowered limit left the level above the capacity.
---   * A changed rate rescales the level exactly, rounded down.
+--   * A changed rate rescales the level exactly, rounded down, clamped to
+--     the capacity plus what the max delay queues.
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
---     write on denial and the TTL (until the bucket is empty) as in
---     token_bucket.lua.
+--     write on denial and the TTL (until the bucket is empty, set by every
+--     call that finds the key) as in token_bucket.lua.
 local key = KEYS[1]
 local rate = tonumber(ARGV[1])
 local unit = tonumber(ARGV[2])
@@ -46,9 +47,11 @@ if st[1] then
     return corrupt()
   end
   if u ~= unit then
-    -- Exactly, rounded down as the token bucket's tokens are. The bound
-    -- keeps level + cost below 2^53 (Go checked capacity + queue <= 2^53).
-    level = muldiv(level, unit, u, 9007199254740992 - capacity - maxdelay * rate, false)
+    -- Exactly, rounded down as the token bucket's tokens are, and clamped
+    -- to the most the bucket can hold: the capacity and what the max delay
+    -- queues (Go checked that this stays below 2^53). A level of 10^9
+    -- draining at one a day would outlast any duration.
+    level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
   end
   if now > ts then
     level = math.max(0, level - (now - ts) * rate)
@@ -80,6 +83,12 @@ if level > 0 then
 end
 if allowed == 1 and n > 0 then
   redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', int(unit))
+  expire(key, reset)
+elseif st[1] and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
   expire(key, reset)
 end
 return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}

@@ -23,7 +23,8 @@
 --     alone is too full, the instant in the next window at which this
 --     window's count has faded enough.
 --   * A denied request writes nothing; the TTL runs to the end of the next
---     window, when this window's count stops weighing.
+--     window, when this window's count stops weighing (set by every call
+--     that finds the key, a denial or a look only the TTL).
 --   * n = 0 only looks: it is always allowed, even when a lowered limit
 --     leaves the counts above it.
 local key = KEYS[1]
@@ -57,7 +58,6 @@ if n == 0 or weighted + (cur + n) * steps <= limit * steps then
   if n > 0 then
     cur = cur + n
     redis.call('HSET', key, 'w', int(window), 'c', int(cur), 'p', int(prev))
-    expire(key, start + 2 * period - now)
   end
 else
   local at = 0
@@ -70,7 +70,9 @@ else
   if at == 0 then
     local k = 0
     if cur > 0 then
-      k = steps - fdiv((limit - n) * steps, cur)
+      -- Below 0 when this window's count alone leaves room at the next
+      -- window's start: the request fits there.
+      k = math.max(steps - fdiv((limit - n) * steps, cur), 0)
     end
     at = start + period + k * grain
   end
@@ -80,5 +82,14 @@ if cur > 0 then
   reset = start + 2 * period - now
 elseif prev > 0 then
   reset = start + period - now
+end
+if allowed == 1 and n > 0 then
+  expire(key, reset)
+elseif st[1] and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
+  expire(key, reset)
 end
 return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0}

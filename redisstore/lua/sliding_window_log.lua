@@ -19,14 +19,20 @@
 --     newest member would not do: members of equal score sort as text, and
 --     '<t>:9' sorts after '<t>:10'.) No random numbers, no second key.
 --   * n = 0 only looks: it is always allowed and writes nothing, not even
---     the removal of expired entries, which it counts past instead.
+--     the removal of expired entries, which it counts past instead (ZCOUNT).
+--     A denial writes nothing either. Entries are removed only by an
+--     admission, and only those at or before its time - period: the key's
+--     time is the newest entry's, so they can never count again. Removing
+--     them on a call that admits nothing would forget them too early: the
+--     clock may step back to where they count.
 --   * A denied request adds nothing, so a key holds at most limit entries,
 --     however hard it is hammered.
 --   * A clock that went backwards is never rewarded: time for this key is
 --     the newest entry's time until the clock passes it.
 --   * retry-after is exact: the time at which the oldest entries that stand
 --     in the way leave the window. The TTL is the newest entry's time plus
---     the period, when the whole log has expired.
+--     the period, when the whole log has expired; every call that counts an
+--     entry sets it (a denial or a look only the TTL).
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
@@ -50,23 +56,27 @@ if last[2] then
   end
 end
 
-local count
-if n == 0 then
+-- Count the entries in (at - period, at]. Older ones are dropped only by an
+-- admission, which moves the key's time to at for good: until then a clock
+-- back behind at would count them again, and a call that admits nothing
+-- writes nothing.
+local count = 0
+if newest and newest > at - period then
   count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
-elseif newest and newest <= at - period then
-  -- The whole log has left the window: UNLINK frees it off Redis's main
-  -- thread, where removing entry by entry would cost as much as adding.
-  redis.call('UNLINK', key)
-  count = 0
-else
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
-  count = redis.call('ZCARD', key)
 end
 local allowed, retry, reset = 0, 0, 0
 if n == 0 then
   allowed = 1
 elseif count + n <= limit then
   allowed = 1
+  if newest and newest <= at - period then
+    -- The whole log has left the window: UNLINK frees it off Redis's main
+    -- thread, where removing entry by entry would cost as much as adding.
+    redis.call('UNLINK', key)
+    newest = nil
+  elseif newest then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
+  end
   local stamp = int(at)
   local seq = 0
   if newest == at then
@@ -88,13 +98,22 @@ elseif count + n <= limit then
   end
   count = count + n
   newest = at
-  expire(key, at + period - now)
 else
-  local e = redis.call('ZRANGE', key, count + n - limit - 1, count + n - limit - 1, 'WITHSCORES')
+  -- The oldest count + n - limit entries in the window stand in the way.
+  local e = redis.call('ZRANGEBYSCORE', key, '(' .. int(at - period), '+inf', 'WITHSCORES', 'LIMIT', count + n - limit - 1, 1)
   retry = tonumber(e[2]) + period - now
 end
 if count > 0 then
   reset = newest + period - now
+end
+if allowed == 1 and n > 0 then
+  expire(key, reset)
+elseif newest and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
+  expire(key, reset)
 end
 -- A lowered limit can leave more entries than it: nothing remains, not less.
 return {allowed, math.max(limit - count, 0), retry, reset, 0}

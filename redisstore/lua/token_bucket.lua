@@ -22,9 +22,12 @@
 --   * u is stored so a changed rate rescales the tokens instead of
 --     misreading them: exactly, rounded down (never more than the key had).
 --   * A denied request, or n = 0, writes nothing: the stored state still
---     describes the bucket exactly, and its TTL still holds.
+--     describes the bucket exactly.
 --   * The TTL is the time until the bucket is full again: an idle key
---     disappears exactly when forgetting it changes nothing.
+--     disappears exactly when forgetting it changes nothing. Every call
+--     that finds the key sets it (a denial or a look only it, when the
+--     reset-after is above 0): a limit changed since the write may take
+--     longer to refill, and the key must outlive the retry-after reported.
 --   * Refill is min(capacity, tokens + elapsed * rate): when the product
 --     outgrows 2^53 it is no longer exact, but then it is far above the
 --     capacity, and rounding never moves a double across a value it can
@@ -67,8 +70,15 @@ if tokens < capacity then
 end
 if allowed == 0 then
   retry = lag + cdiv(cost - tokens, rate)
-elseif n > 0 then
+end
+if allowed == 1 and n > 0 then
   redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', int(unit))
+  expire(key, reset)
+elseif st[1] and reset > 0 then
+  -- A denial or a look that found the key keeps it until it is full under
+  -- this call's limit (its value stays byte for byte as it was): after a
+  -- limit change the TTL a write set may end before the retry-after
+  -- reported here.
   expire(key, reset)
 end
 return {allowed, fdiv(tokens, unit), retry, reset, 0}
