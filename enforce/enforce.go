@@ -33,7 +33,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
 )
@@ -144,6 +147,9 @@ type Verdict struct {
 	// Delay is how long an admitted request must wait before it goes: the
 	// longest shaping delay of the policies (a LeakyBucket with MaxDelay).
 	Delay time.Duration
+	// Rule names the rule that decided: set by Rule.Decide, and by
+	// Rules.Decide when a rule blocks.
+	Rule string
 	// Err is why the store could not decide (FailedOpen, FailedClosed), or
 	// for Denied, tollgate.ErrCostExceedsBurst when the request costs more
 	// than the policy can ever admit, so retrying is pointless.
@@ -162,8 +168,37 @@ type Engine struct {
 	failLog   guard.Sampler // Every is the log interval
 }
 
-// Option configures an Engine.
-type Option func(*Engine)
+// settings are what the options set: the Engine's, and those every
+// transport built on Rules reads.
+type settings struct {
+	timeout        time.Duration
+	metrics        *Metrics
+	registry       prometheus.Registerer
+	logger         *slog.Logger
+	logEvery       time.Duration
+	now            func() time.Time
+	ips            *clientip.Resolver
+	flavor         headers.Flavor
+	failRetryAfter time.Duration
+}
+
+func newSettings(opts []Option) settings {
+	s := settings{
+		timeout: DefaultTimeout, logEvery: DefaultLogInterval, now: time.Now,
+		ips: &clientip.Resolver{}, flavor: headers.Draft, failRetryAfter: time.Second,
+	}
+	for _, o := range opts {
+		o(&s)
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	return s
+}
+
+// Option configures an Engine, or Rules and the transports built on them
+// (httplimit, grpclimit), which all take the same options.
+type Option func(*settings)
 
 // WithTimeout bounds the store calls of each rule's decision with a deadline
 // of d (DefaultTimeout: 50 ms), so that a slow or hung store cannot hold the
@@ -171,30 +206,57 @@ type Option func(*Engine)
 // request, requests starting within d/8 (at most 1 ms) of each other share
 // one deadline: each gets between d and d + min(d/8, 1 ms). 0 removes the
 // deadline: only for a store that never waits, such as memorystore.
-func WithTimeout(d time.Duration) Option { return func(e *Engine) { e.timeout = d } }
+func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
 
-// WithMetrics records decisions, store latency and store errors in m.
-func WithMetrics(m *Metrics) Option { return func(e *Engine) { e.metrics = m } }
+// WithMetrics records decisions, store latency and store errors in m,
+// which may be shared by several Engines or transports.
+func WithMetrics(m *Metrics) Option { return func(s *settings) { s.metrics = m } }
+
+// WithRegistry registers the metrics of a transport built on Rules
+// (tollgate_<subsystem>_decisions_total, …_store_duration_seconds,
+// …_store_errors_total; see Metrics) on reg, unless WithMetrics is given.
+// An Engine made with New records only into WithMetrics.
+func WithRegistry(reg prometheus.Registerer) Option { return func(s *settings) { s.registry = reg } }
 
 // WithLogger logs store failures to l (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
 // WithLogInterval logs store failures at most once per d (default
 // DefaultLogInterval); each record says how many were left out since the
 // previous one, in its similar_events_not_logged attribute. 0 logs every
 // failure.
-func WithLogInterval(d time.Duration) Option { return func(e *Engine) { e.failLog.Every = d } }
+func WithLogInterval(d time.Duration) Option { return func(s *settings) { s.logEvery = d } }
+
+// WithClock sets the clock (default time.Now) that paces failure logs and
+// that X-RateLimit-Reset is computed from. Store decisions use the store's
+// own clock.
+func WithClock(now func() time.Time) Option { return func(s *settings) { s.now = now } }
+
+// WithClientIP finds client addresses with r: set it to trust your
+// proxies' forwarding headers (gRPC: the same names as metadata keys,
+// lower-cased). Without it the client is the peer address.
+func WithClientIP(r *clientip.Resolver) Option { return func(s *settings) { s.ips = r } }
+
+// WithHeaders selects the header flavours a transport sends with every
+// response (default headers.Draft: RateLimit-Policy and RateLimit).
+// Retry-After is sent on every rejection whatever the flavour.
+func WithHeaders(f headers.Flavor) Option { return func(s *settings) { s.flavor = f } }
+
+// WithFailClosedRetryAfter sets when a request rejected by a fail-closed
+// rule whose store failed should be retried (default 1 s): HTTP's
+// Retry-After on the 503, gRPC's RetryInfo on the UNAVAILABLE.
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return func(s *settings) { s.failRetryAfter = d }
+}
 
 // New returns an Engine deciding against store.
 func New(store tollgate.Store, opts ...Option) *Engine {
-	e := &Engine{store: store, timeout: DefaultTimeout, now: time.Now}
-	e.failLog.Every = DefaultLogInterval
-	for _, o := range opts {
-		o(e)
-	}
-	if e.logger == nil {
-		e.logger = slog.Default()
-	}
+	return newEngine(store, newSettings(opts))
+}
+
+func newEngine(store tollgate.Store, s settings) *Engine {
+	e := &Engine{store: store, timeout: s.timeout, metrics: s.metrics, logger: s.logger, now: s.now}
+	e.failLog.Every = s.logEvery
 	if e.timeout > 0 {
 		e.deadlines = guard.NewDeadlines(e.timeout)
 	}
@@ -215,7 +277,7 @@ type Rule struct {
 // Rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
 // without ':' (it namespaces keys and labels metrics).
 func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error) {
-	if err := CheckName("rule", name); err != nil {
+	if err := checkName("rule", name); err != nil {
 		return nil, err
 	}
 	if mode > FailClosed {
@@ -240,9 +302,9 @@ func (r *Rule) FailureMode() FailureMode { return r.mode }
 // DryRun reports whether the rule only reports and never blocks.
 func (r *Rule) DryRun() bool { return r.dryRun }
 
-// CheckName reports whether name is usable as a rule or policy name: 1 to 64
+// checkName reports whether name is usable as a rule or policy name: 1 to 64
 // printable ASCII characters without ':' or '"'. what names it in the error.
-func CheckName(what, name string) error {
+func checkName(what, name string) error {
 	if name == "" || len(name) > 64 {
 		return fmt.Errorf("enforce: a %s name must be 1 to 64 characters, got %q", what, name)
 	}
@@ -254,15 +316,15 @@ func CheckName(what, name string) error {
 	return nil
 }
 
-// CheckPolicies reports whether policies can be used together in one rule:
+// checkPolicies reports whether policies can be used together in one rule:
 // valid names and limits, and no two sharing an algorithm and a period, which
 // would make them share one counter for a key.
-func CheckPolicies(policies []Policy) error {
+func checkPolicies(policies []Policy) error {
 	if len(policies) == 0 {
 		return errors.New("enforce: a rule needs at least one policy")
 	}
 	for i, p := range policies {
-		if err := CheckName("policy", p.Name); err != nil {
+		if err := checkName("policy", p.Name); err != nil {
 			return err
 		}
 		if err := p.Limit.Validate(); err != nil {
@@ -290,7 +352,7 @@ func (r *Rule) Decide(ctx context.Context, key string, policies []Policy, cost i
 	if e.deadlines != nil {
 		ctx = e.deadlines.Bound(ctx)
 	}
-	v := Verdict{Outcome: Allowed}
+	v := Verdict{Outcome: Allowed, Rule: r.name}
 	first := len(dst)
 	for _, p := range policies {
 		var start time.Time
@@ -304,7 +366,7 @@ func (r *Rule) Decide(ctx context.Context, key string, policies []Policy, cost i
 		if err != nil {
 			if errors.Is(err, tollgate.ErrCostExceedsBurst) {
 				// Not a failure: this request can never pass.
-				v = Verdict{Outcome: Denied, Policy: p.Name, Result: res, Err: err}
+				v = Verdict{Outcome: Denied, Rule: r.name, Policy: p.Name, Result: res, Err: err}
 				if r.dryRun {
 					v.Outcome = DryRunDenied
 				}
@@ -353,7 +415,7 @@ func bindingAmong(ds []headers.Decision) int {
 }
 
 func (r *Rule) fail(ctx context.Context, policy string, err error) Verdict {
-	v := Verdict{Outcome: FailedOpen, Policy: policy, Err: err}
+	v := Verdict{Outcome: FailedOpen, Rule: r.name, Policy: policy, Err: err}
 	if r.mode == FailClosed && !r.dryRun {
 		v.Outcome = FailedClosed
 	}

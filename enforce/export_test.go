@@ -10,3 +10,5 @@ func (e *Engine) Bound(ctx context.Context) context.Context { return e.deadlines
 
 // SetNow replaces the clock used to rate-limit logs.
 func (e *Engine) SetNow(now func() time.Time) { e.now = now }
+
+var CheckPolicies = checkPolicies
