@@ -93,9 +93,7 @@ type Rule struct {
 // "<rule>:<kind>:<value>", as in httplimit: a composite's parts each
 // prefixed by its length and ':', and a value too long for a store replaced
 // by its SHA-256 as "<rule>:<kind>#<hex>", apart from every literal value.
-type Key struct {
-	k enforce.Key[call]
-}
+type Key = enforce.Key[call]
 
 // call is what the rules see of a call.
 type call struct {
@@ -109,7 +107,7 @@ type call struct {
 // proxies the address in their forwarding metadata (WithClientIP); IPv6
 // grouped by /64. It is the zero Key.
 func Peer() Key {
-	return Key{enforce.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
+	return enforce.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
 		p, ok := peer.FromContext(c.ctx)
 		if !ok || p.Addr == nil {
 			return dst, false
@@ -121,7 +119,7 @@ func Peer() Key {
 		md, _ := metadata.FromIncomingContext(c.ctx)
 		addr = c.ips.Resolve(addr, md.Get(c.ipHeader))
 		return c.ips.AppendKey(dst, addr), true
-	})}
+	})
 }
 
 // Metadata keys calls by the first value of metadata key name, such as
@@ -129,16 +127,16 @@ func Peer() Key {
 func Metadata(name string) Key {
 	name = strings.ToLower(name)
 	if name == "" || strings.ContainsAny(name, ": \t") {
-		return Key{enforce.BadKey[call](fmt.Errorf("metadata key %q is not a metadata name", name))}
+		return enforce.BadKey[call](fmt.Errorf("metadata key %q is not a metadata name", name))
 	}
-	return Key{enforce.ValueKey("md="+name, func(dst []byte, c call) ([]byte, bool) {
+	return enforce.ValueKey("md="+name, func(dst []byte, c call) ([]byte, bool) {
 		md, _ := metadata.FromIncomingContext(c.ctx)
 		vs := md.Get(name)
 		if len(vs) == 0 || vs[0] == "" {
 			return dst, false
 		}
 		return append(dst, vs[0]...), true
-	})}
+	})
 }
 
 // Func keys calls by what f returns (the authenticated user, the tenant);
@@ -149,28 +147,22 @@ func Func(kind string, f func(ctx context.Context, fullMethod string) (string, b
 	if f != nil {
 		fc = func(c call) (string, bool) { return f(c.ctx, c.method) }
 	}
-	return Key{enforce.FuncKey(kind, fc)}
+	return enforce.FuncKey(kind, fc)
 }
 
 // Method keys calls by full method name: each method its own allowance.
 func Method() Key {
-	return Key{enforce.ValueKey("method", func(dst []byte, c call) ([]byte, bool) {
+	return enforce.ValueKey("method", func(dst []byte, c call) ([]byte, bool) {
 		return append(dst, c.method...), true
-	})}
+	})
 }
 
 // Global counts every call the rule matches against one key.
-func Global() Key { return Key{enforce.GlobalKey[call]()} }
+func Global() Key { return enforce.GlobalKey[call]() }
 
 // Composite keys calls by all of keys together; a call missing any part is
 // not counted.
-func Composite(keys ...Key) Key {
-	parts := make([]enforce.Key[call], len(keys))
-	for i, k := range keys {
-		parts[i] = k.k
-	}
-	return Key{enforce.CompositeKey(parts...)}
-}
+func Composite(keys ...Key) Key { return enforce.CompositeKey(keys...) }
 
 // Limiter holds the rules and makes the interceptors. Safe for concurrent
 // use.
@@ -230,7 +222,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := enforce.NewRules("grpclimit", "grpc", store, Peer().k, specs, opts...)
+	rs, err := enforce.NewRules("grpclimit", "grpc", store, Peer(), specs, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +232,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 // spec is cfg in enforce's terms: its method matching, and its funcs
 // seeing the call.
 func spec(cfg Rule) (enforce.Spec[call], error) {
-	s := enforce.Spec[call]{Name: cfg.Name, Key: cfg.Key.k, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+	s := enforce.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
 	var method string // exact, or a service prefix ending in "/"
 	var prefix bool
 	if m := cfg.Method; m != "" {

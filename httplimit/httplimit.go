@@ -209,7 +209,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := enforce.NewRules("httplimit", "http", store, ClientIP().k, specs, o.shared...)
+	rs, err := enforce.NewRules("httplimit", "http", store, ClientIP(), specs, o.shared...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 // spec is cfg in enforce's terms: its matching, and its funcs seeing the
 // request.
 func spec(cfg Rule) (enforce.Spec[call], error) {
-	s := enforce.Spec[call]{Name: cfg.Name, Key: cfg.Key.k, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+	s := enforce.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
 	var pat *pattern
 	if cfg.Pattern != "" {
 		var err error

@@ -23,22 +23,20 @@ import (
 // replaced by its SHA-256, as "<rule>:<kind>#<hex>": a client cannot escape
 // a limit by sending a huge header, nor reach a hashed key's counter by
 // sending the hash as its own value.
-type Key struct {
-	k enforce.Key[call]
-}
+type Key = enforce.Key[call]
 
 // ClientIP keys requests by client address, as the Limiter's
 // clientip.Resolver finds it (WithClientIP): the peer address unless
 // trusted proxies are configured; IPv6 grouped by /64. It is the zero Key.
 func ClientIP() Key {
-	return Key{enforce.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
+	return enforce.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
 		a := c.ips.Addr(c.r)
 		if !a.IsValid() {
 			// Not an IP peer (a Unix socket): all such requests share one key.
 			return append(dst, c.r.RemoteAddr...), true
 		}
 		return c.ips.AppendKey(dst, a), true
-	})}
+	})
 }
 
 // Header keys requests by the value of header name, such as "X-API-Key".
@@ -47,15 +45,15 @@ func ClientIP() Key {
 func Header(name string) Key {
 	name = http.CanonicalHeaderKey(name)
 	if name == "" || len(name) > 64 || strings.ContainsAny(name, ": \t") {
-		return Key{enforce.BadKey[call](fmt.Errorf("header key %q: want a header name of 1 to 64 characters", name))}
+		return enforce.BadKey[call](fmt.Errorf("header key %q: want a header name of 1 to 64 characters", name))
 	}
-	return Key{enforce.ValueKey("header="+name, func(dst []byte, c call) ([]byte, bool) {
+	return enforce.ValueKey("header="+name, func(dst []byte, c call) ([]byte, bool) {
 		vs := c.r.Header[name]
 		if len(vs) == 0 || vs[0] == "" {
 			return dst, false
 		}
 		return append(dst, vs[0]...), true
-	})}
+	})
 }
 
 // Func keys requests by what f returns: the authenticated user, the tenant,
@@ -67,29 +65,23 @@ func Func(kind string, f func(*http.Request) (string, bool)) Key {
 	if f != nil {
 		fc = func(c call) (string, bool) { return f(c.r) }
 	}
-	return Key{enforce.FuncKey(kind, fc)}
+	return enforce.FuncKey(kind, fc)
 }
 
 // Route keys requests by method and path ("GET /users/42"): each resource
 // gets its own allowance.
 func Route() Key {
-	return Key{enforce.ValueKey("route", func(dst []byte, c call) ([]byte, bool) {
+	return enforce.ValueKey("route", func(dst []byte, c call) ([]byte, bool) {
 		dst = append(dst, c.r.Method...)
 		dst = append(dst, ' ')
 		return append(dst, c.r.URL.Path...), true
-	})}
+	})
 }
 
 // Global counts every request the rule matches against one key: a limit on
 // an endpoint as a whole.
-func Global() Key { return Key{enforce.GlobalKey[call]()} }
+func Global() Key { return enforce.GlobalKey[call]() }
 
 // Composite keys requests by all of keys together, such as tenant and
 // route. A request missing any part is not counted by the rule.
-func Composite(keys ...Key) Key {
-	parts := make([]enforce.Key[call], len(keys))
-	for i, k := range keys {
-		parts[i] = k.k
-	}
-	return Key{enforce.CompositeKey(parts...)}
-}
+func Composite(keys ...Key) Key { return enforce.CompositeKey(keys...) }
