@@ -1,28 +1,33 @@
-// Package enforce applies named limits to a key with the behaviour a request
-// path needs around a Store: a deadline on every decision, a failure mode
-// when the store cannot answer, dry-run rules, Prometheus metrics and logs
-// that do not flood. It knows nothing of HTTP or gRPC: httplimit and
-// grpclimit match requests and build keys, then call Rule.Decide; so can
-// any other transport, such as a decision service.
+// Package enforce applies named limits to requests with the behaviour a
+// request path needs around a Store: a deadline on every decision, a
+// failure mode when the store cannot answer, dry-run rules, Prometheus
+// metrics and logs that do not flood. It knows nothing of HTTP or gRPC: it
+// is the machinery every transport shares. httplimit and grpclimit each
+// say which requests a rule matches (patterns, methods), where key values
+// come from (headers, metadata, the peer) and how a rejection is written
+// (429 with a problem body, RESOURCE_EXHAUSTED with RetryInfo); the rest —
+// options, rule checks, keys and the decision loop — is Rules, generic
+// over the transport's request type.
 //
 // # The model
 //
-// A Rule has a name, a FailureMode and a dry-run flag. For each request it
-// applies to, the caller gives it a key (already namespaced by rule and key
-// kind, so rules and tenants never share a counter), the Policies — named
-// limits — that apply, and a cost. Decide checks the policies in order and
-// spends the cost on each that admits it; it stops at the first that
-// denies, so a request denied by a per-second burst does not also eat into
-// a daily quota. Put short windows first. The tightest policy decides and
-// is reported (see headers.Binding).
+// A rule has a name, a FailureMode and a dry-run flag. For each request it
+// applies to, it builds a key (namespaced by rule and key kind, so rules
+// and tenants never share a counter), picks the Policies — named limits —
+// that apply, and a cost. It checks the policies in order and spends the
+// cost on each that admits it; it stops at the first that denies, so a
+// request denied by a per-second burst does not also eat into a daily
+// quota. Put short windows first. The tightest policy decides and is
+// reported (see headers.Binding). Rules applies every rule that matches,
+// in order, and stops at the first that blocks.
 //
 // When the store fails or misses the deadline (default 50 ms), a FailOpen
 // rule lets the request through and a FailClosed rule rejects it; either
 // way the event is counted, and logged at most once per log interval with
 // the number of events left out since (similar_events_not_logged), so a
-// Redis outage produces one line every few seconds, not one per request. A dry-run rule decides and
-// reports like any other but never blocks: its denials are counted as
-// dry_run_denied.
+// Redis outage produces one line every few seconds, not one per request. A
+// dry-run rule decides and reports like any other but never blocks: its
+// denials are counted as dry_run_denied.
 package enforce
 
 import (
@@ -64,7 +69,7 @@ type FailureMode uint8
 
 const (
 	// FailDefault, the zero value, defers to the default of whoever applies
-	// the rule: an Engine fails open; the decision service applies its
+	// the rule: Rules fail open; the decision service applies its
 	// --failure-mode, and a rule in its rules file without failure_mode
 	// has this one.
 	FailDefault FailureMode = iota
@@ -147,8 +152,7 @@ type Verdict struct {
 	// Delay is how long an admitted request must wait before it goes: the
 	// longest shaping delay of the policies (a LeakyBucket with MaxDelay).
 	Delay time.Duration
-	// Rule names the rule that decided: set by Rule.Decide, and by
-	// Rules.Decide when a rule blocks.
+	// Rule names the rule that blocked the request (Rules.Decide).
 	Rule string
 	// Err is why the store could not decide (FailedOpen, FailedClosed), or
 	// for Denied, tollgate.ErrCostExceedsBurst when the request costs more
@@ -156,9 +160,9 @@ type Verdict struct {
 	Err error
 }
 
-// Engine decides against one Store for any number of rules. It is safe for
+// engine decides against one Store for any number of rules. It is safe for
 // concurrent use.
-type Engine struct {
+type engine struct {
 	store     tollgate.Store
 	timeout   time.Duration
 	deadlines *guard.Deadlines
@@ -168,7 +172,7 @@ type Engine struct {
 	failLog   guard.Sampler // Every is the log interval
 }
 
-// settings are what the options set: the Engine's, and those every
+// settings are what the options set: the engine's, and those every
 // transport built on Rules reads.
 type settings struct {
 	timeout        time.Duration
@@ -196,8 +200,8 @@ func newSettings(opts []Option) settings {
 	return s
 }
 
-// Option configures an Engine, or Rules and the transports built on them
-// (httplimit, grpclimit), which all take the same options.
+// Option configures Rules and the transports built on them (httplimit,
+// grpclimit), which all take the same options.
 type Option func(*settings)
 
 // WithTimeout bounds the store calls of each rule's decision with a deadline
@@ -209,13 +213,12 @@ type Option func(*settings)
 func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
 
 // WithMetrics records decisions, store latency and store errors in m,
-// which may be shared by several Engines or transports.
+// which may be shared by several transports.
 func WithMetrics(m *Metrics) Option { return func(s *settings) { s.metrics = m } }
 
 // WithRegistry registers the metrics of a transport built on Rules
 // (tollgate_<subsystem>_decisions_total, …_store_duration_seconds,
 // …_store_errors_total; see Metrics) on reg, unless WithMetrics is given.
-// An Engine made with New records only into WithMetrics.
 func WithRegistry(reg prometheus.Registerer) Option { return func(s *settings) { s.registry = reg } }
 
 // WithLogger logs store failures to l (default slog.Default()).
@@ -249,13 +252,8 @@ func WithFailClosedRetryAfter(d time.Duration) Option {
 	return func(s *settings) { s.failRetryAfter = d }
 }
 
-// New returns an Engine deciding against store.
-func New(store tollgate.Store, opts ...Option) *Engine {
-	return newEngine(store, newSettings(opts))
-}
-
-func newEngine(store tollgate.Store, s settings) *Engine {
-	e := &Engine{store: store, timeout: s.timeout, metrics: s.metrics, logger: s.logger, now: s.now}
+func newEngine(store tollgate.Store, s settings) *engine {
+	e := &engine{store: store, timeout: s.timeout, metrics: s.metrics, logger: s.logger, now: s.now}
 	e.failLog.Every = s.logEvery
 	if e.timeout > 0 {
 		e.deadlines = guard.NewDeadlines(e.timeout)
@@ -263,20 +261,19 @@ func newEngine(store tollgate.Store, s settings) *Engine {
 	return e
 }
 
-// Rule is a prepared rule: its name, failure mode and dry-run flag, bound to
-// an Engine and to its metrics. Make one per rule with Engine.Rule at start
-// and share it.
-type Rule struct {
-	e      *Engine
+// rule is a prepared rule: its name, failure mode and dry-run flag, bound to
+// an engine and to its metrics. Made once per rule at start and shared.
+type rule struct {
+	e      *engine
 	name   string
 	mode   FailureMode
 	dryRun bool
 	m      ruleMetrics
 }
 
-// Rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
+// rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
 // without ':' (it namespaces keys and labels metrics).
-func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error) {
+func (e *engine) rule(name string, mode FailureMode, dryRun bool) (*rule, error) {
 	if err := checkName("rule", name); err != nil {
 		return nil, err
 	}
@@ -284,23 +281,14 @@ func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error)
 		return nil, fmt.Errorf("enforce: rule %q: unknown failure mode %d", name, mode)
 	}
 	if mode == FailDefault {
-		mode = FailOpen // an Engine's default
+		mode = FailOpen // the default of Rules
 	}
-	r := &Rule{e: e, name: name, mode: mode, dryRun: dryRun}
+	r := &rule{e: e, name: name, mode: mode, dryRun: dryRun}
 	if e.metrics != nil {
 		r.m = e.metrics.forRule(name)
 	}
 	return r, nil
 }
-
-// Name returns the rule's name.
-func (r *Rule) Name() string { return r.name }
-
-// FailureMode returns the rule's failure mode: FailOpen or FailClosed.
-func (r *Rule) FailureMode() FailureMode { return r.mode }
-
-// DryRun reports whether the rule only reports and never blocks.
-func (r *Rule) DryRun() bool { return r.dryRun }
 
 // checkName reports whether name is usable as a rule or policy name: 1 to 64
 // printable ASCII characters without ':' or '"'. what names it in the error.
@@ -342,12 +330,12 @@ func checkPolicies(policies []Policy) error {
 	return nil
 }
 
-// Decide decides the request identified by key under policies, spending
+// decide decides the request identified by key under policies, spending
 // cost (at least 1) on each policy that admits it, in order, and stopping at
 // the first that denies. It appends one headers.Decision per policy that
 // answered to dst (marked DryRun for a dry-run rule) and returns it with the
 // verdict.
-func (r *Rule) Decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
+func (r *rule) decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
 	e := r.e
 	if e.deadlines != nil {
 		ctx = e.deadlines.Bound(ctx)
@@ -414,7 +402,7 @@ func bindingAmong(ds []headers.Decision) int {
 	return headers.Binding(tmp)
 }
 
-func (r *Rule) fail(ctx context.Context, policy string, err error) Verdict {
+func (r *rule) fail(ctx context.Context, policy string, err error) Verdict {
 	v := Verdict{Outcome: FailedOpen, Rule: r.name, Policy: policy, Err: err}
 	if r.mode == FailClosed && !r.dryRun {
 		v.Outcome = FailedClosed
@@ -427,7 +415,7 @@ func (r *Rule) fail(ctx context.Context, policy string, err error) Verdict {
 	return v
 }
 
-func (r *Rule) count(o Outcome) {
+func (r *rule) count(o Outcome) {
 	if c := r.m.decisions[o]; c != nil {
 		c.Inc()
 	}
@@ -436,7 +424,7 @@ func (r *Rule) count(o Outcome) {
 // logFailure logs a store failure unless one was logged less than the log
 // interval ago; the next record reports how many were left out.
 // The key is not logged: it may be an API key.
-func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outcome, err error) {
+func (e *engine) logFailure(ctx context.Context, r *rule, policy string, o Outcome, err error) {
 	ok, skipped := e.failLog.Allow(e.now())
 	if !ok {
 		return

@@ -34,14 +34,14 @@ func KeyString(b []byte, prefixLen int) string {
 	return string(b)
 }
 
-// AppendPart finishes one part of a composite key: dst[start:] holds the
-// part's value, just appended, and AppendPart rewrites it as the value's
+// appendPart finishes one part of a composite key: dst[start:] holds the
+// part's value, just appended, and appendPart rewrites it as the value's
 // length in decimal, ':', then the value. The length is never clamped, and
 // the terminator ends it, so the encoding of a tuple of parts is
 // unambiguous whatever the parts hold or how long they are: no two
 // different tuples spell the same key. It moves the value in place, and
 // allocates only when dst lacks room for the length.
-func AppendPart(dst []byte, start int) []byte {
+func appendPart(dst []byte, start int) []byte {
 	var digits [20]byte
 	n := strconv.AppendInt(digits[:0], int64(len(dst)-start), 10)
 	shift := len(n) + 1

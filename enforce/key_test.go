@@ -13,12 +13,12 @@ import (
 )
 
 // encode spells a tuple of parts as the middleware does: each part
-// appended, then finished by AppendPart.
+// appended, then finished by appendPart.
 func encode(dst []byte, parts []string) []byte {
 	for _, p := range parts {
 		start := len(dst)
 		dst = append(dst, p...)
-		dst = AppendPart(dst, start)
+		dst = appendPart(dst, start)
 	}
 	return dst
 }
@@ -65,7 +65,7 @@ func TestAppendPart(t *testing.T) {
 	}
 }
 
-// TestAppendPartUnambiguous is a property test: random tuples, rich in
+// TestappendPartUnambiguous is a property test: random tuples, rich in
 // digits and ':' and with parts around the lengths where a clamped or
 // fixed-width length would break, always decode back to themselves, and
 // distinct tuples never share a key.

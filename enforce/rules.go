@@ -53,7 +53,7 @@ type prepared[Req any] struct {
 	policies     []Policy
 	policiesFunc func(Req) []Policy
 	cost         func(Req) int
-	r            *Rule
+	r            *rule
 }
 
 // NewRules prepares specs against store with opts: it checks every rule
@@ -89,8 +89,8 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 	return rs, nil
 }
 
-func prepare[Req any](engine *Engine, def Key[Req], s Spec[Req]) (prepared[Req], error) {
-	r, err := engine.Rule(s.Name, s.FailureMode, s.DryRun)
+func prepare[Req any](engine *engine, def Key[Req], s Spec[Req]) (prepared[Req], error) {
+	r, err := engine.rule(s.Name, s.FailureMode, s.DryRun)
 	if err != nil {
 		return prepared[Req]{}, err
 	}
@@ -143,7 +143,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 			continue
 		}
 		var v Verdict
-		v, dst = p.r.Decide(ctx, KeyString(b, len(p.prefix)), policies, cost, dst)
+		v, dst = p.r.decide(ctx, KeyString(b, len(p.prefix)), policies, cost, dst)
 		if v.Outcome.Blocks() {
 			return v, dst
 		}
@@ -167,7 +167,7 @@ func (rs *Rules[Req]) Now() time.Time { return rs.set.now() }
 // make their keys from ValueKey, FuncKey, GlobalKey and CompositeKey, so
 // every key is namespaced, composed and hashed the same way: the store key
 // is "<rule>:<kind>:<value>", a composite's value is its parts each
-// prefixed by its length and ':' (AppendPart), and a value too long for a
+// prefixed by its length and ':' (appendPart), and a value too long for a
 // store is replaced by its SHA-256 (see KeyString).
 type Key[Req any] struct {
 	kind  string
@@ -282,7 +282,7 @@ func (k *Key[Req]) appendValue(dst []byte, req Req) ([]byte, bool) {
 		if dst, ok = k.parts[i].appendValue(dst, req); !ok {
 			return dst, false
 		}
-		dst = AppendPart(dst, start)
+		dst = appendPart(dst, start)
 	}
 	return dst, true
 }
