@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/storekey"
 )
 
 // Spec is one rule as a transport hands it to NewRules, over requests of
@@ -143,7 +144,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 			continue
 		}
 		var v Verdict
-		v, dst = p.r.decide(ctx, KeyString(b, len(p.prefix)), policies, cost, dst)
+		v, dst = p.r.decide(ctx, storekey.String(b, len(p.prefix)), policies, cost, dst)
 		if v.Outcome.Blocks() {
 			return v, dst
 		}
@@ -168,7 +169,7 @@ func (rs *Rules[Req]) Now() time.Time { return rs.set.now() }
 // every key is namespaced, composed and hashed the same way: the store key
 // is "<rule>:<kind>:<value>", a composite's value is its parts each
 // prefixed by its length and ':' (appendPart), and a value too long for a
-// store is replaced by its SHA-256 (see KeyString).
+// store is replaced by its SHA-256 (see internal/storekey).
 type Key[Req any] struct {
 	kind  string
 	user  bool // kind chosen by the user: checked

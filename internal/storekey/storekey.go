@@ -1,0 +1,38 @@
+// Package storekey turns namespaced keys into store keys the same way for
+// every door: the middleware's rules (package enforce) and the decision
+// service (package server).
+package storekey
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/tollgate/tollgate"
+)
+
+// String turns b — a namespaced key: a prefix of prefixLen bytes naming
+// what is limited and ending in a separator (httplimit and grpclimit:
+// "rule:kind:"; the decision service: "rl|"), then the value — into a
+// store key. When b is longer than tollgate.MaxKeyLen the value is replaced
+// by its SHA-256, so a client sending a huge header is still limited (a
+// store would reject the long key, and the rule would fail open). Every
+// door (httplimit, grpclimit, the decision service) hashes long keys
+// here, so they all keep this promise the same way.
+//
+// A hashed key ends its prefix with '#' instead of the separator
+// ("rule:kind#<hex>", "rl#<hex>"), so hashed and literal keys live in
+// separate namespaces: a client that sends the hex of someone else's long
+// value as its own value spends its own counter, not theirs. This holds
+// as long as the byte before the separator can never be followed by '#'
+// in a literal key: rule and kind names never contain ':', so a literal
+// key always has a ':' after its kind, and a hashed key never has one
+// after its rule name; the service's keys all start with "rl|" or "rl#".
+func String(b []byte, prefixLen int) string {
+	if len(b) > tollgate.MaxKeyLen {
+		sum := sha256.Sum256(b[prefixLen:])
+		b = b[:prefixLen]
+		b[prefixLen-1] = '#'
+		b = hex.AppendEncode(b, sum[:])
+	}
+	return string(b)
+}
