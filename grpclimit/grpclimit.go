@@ -48,6 +48,7 @@ import (
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
 // Policy is a named limit (see enforce.Policy).
@@ -93,7 +94,7 @@ type Rule struct {
 // "<rule>:<kind>:<value>", as in httplimit: a composite's parts each
 // prefixed by its length and ':', and a value too long for a store replaced
 // by its SHA-256 as "<rule>:<kind>#<hex>", apart from every literal value.
-type Key = enforce.Key[call]
+type Key = ruleset.Key[call]
 
 // call is what the rules see of a call.
 type call struct {
@@ -107,7 +108,7 @@ type call struct {
 // proxies the address in their forwarding metadata (WithClientIP); IPv6
 // grouped by /64. It is the zero Key.
 func Peer() Key {
-	return enforce.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
+	return ruleset.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
 		p, ok := peer.FromContext(c.ctx)
 		if !ok || p.Addr == nil {
 			return dst, false
@@ -127,9 +128,9 @@ func Peer() Key {
 func Metadata(name string) Key {
 	name = strings.ToLower(name)
 	if name == "" || strings.ContainsAny(name, ": \t") {
-		return enforce.BadKey[call](fmt.Errorf("metadata key %q is not a metadata name", name))
+		return ruleset.BadKey[call](fmt.Errorf("metadata key %q is not a metadata name", name))
 	}
-	return enforce.ValueKey("md="+name, func(dst []byte, c call) ([]byte, bool) {
+	return ruleset.ValueKey("md="+name, func(dst []byte, c call) ([]byte, bool) {
 		md, _ := metadata.FromIncomingContext(c.ctx)
 		vs := md.Get(name)
 		if len(vs) == 0 || vs[0] == "" {
@@ -147,74 +148,76 @@ func Func(kind string, f func(ctx context.Context, fullMethod string) (string, b
 	if f != nil {
 		fc = func(c call) (string, bool) { return f(c.ctx, c.method) }
 	}
-	return enforce.FuncKey(kind, fc)
+	return ruleset.FuncKey(kind, fc)
 }
 
 // Method keys calls by full method name: each method its own allowance.
 func Method() Key {
-	return enforce.ValueKey("method", func(dst []byte, c call) ([]byte, bool) {
+	return ruleset.ValueKey("method", func(dst []byte, c call) ([]byte, bool) {
 		return append(dst, c.method...), true
 	})
 }
 
 // Global counts every call the rule matches against one key.
-func Global() Key { return enforce.GlobalKey[call]() }
+func Global() Key { return ruleset.GlobalKey[call]() }
 
 // Composite keys calls by all of keys together; a call missing any part is
 // not counted.
-func Composite(keys ...Key) Key { return enforce.CompositeKey(keys...) }
+func Composite(keys ...Key) Key { return ruleset.CompositeKey(keys...) }
 
 // Limiter holds the rules and makes the interceptors. Safe for concurrent
 // use.
 type Limiter struct {
-	rules    *enforce.Rules[call]
+	rules    *ruleset.Rules[call]
 	ipHeader string
 	wait     func(context.Context, time.Duration) error
 }
 
-// Option configures a Limiter: the options of enforce, which every
+// Option configures a Limiter: the same options as httplimit's, which every
 // transport shares.
-type Option = enforce.Option
+type Option = ruleset.Option
 
-// WithTimeout bounds each rule's store calls (default
-// enforce.DefaultTimeout, 50 ms); 0 removes the deadline. See
-// enforce.WithTimeout.
-func WithTimeout(d time.Duration) Option { return enforce.WithTimeout(d) }
+// WithTimeout bounds each rule's store calls with a deadline of d (default
+// enforce.DefaultTimeout, 50 ms), so that a slow or hung Redis cannot hold
+// calls; past it the rule's failure mode applies. Calls starting within
+// d/8 (at most 1 ms) of each other share one timer. 0 removes the deadline
+// (for memorystore, which never waits).
+func WithTimeout(d time.Duration) Option { return ruleset.WithTimeout(d) }
 
 // WithClientIP finds client addresses with r: behind trusted proxies, from
 // the metadata key named by r.Header(), lower-cased ("x-forwarded-for").
-func WithClientIP(r *clientip.Resolver) Option { return enforce.WithClientIP(r) }
+func WithClientIP(r *clientip.Resolver) Option { return ruleset.WithClientIP(r) }
 
 // WithHeaders selects the header flavours sent as response metadata
 // (default headers.Draft).
-func WithHeaders(f headers.Flavor) Option { return enforce.WithHeaders(f) }
+func WithHeaders(f headers.Flavor) Option { return ruleset.WithHeaders(f) }
 
 // WithRegistry registers the metrics (tollgate_grpc_decisions_total,
 // tollgate_grpc_store_duration_seconds, tollgate_grpc_store_errors_total)
 // on reg.
-func WithRegistry(reg prometheus.Registerer) Option { return enforce.WithRegistry(reg) }
+func WithRegistry(reg prometheus.Registerer) Option { return ruleset.WithRegistry(reg) }
 
 // WithMetrics records into m, shared with other Limiters.
-func WithMetrics(m *enforce.Metrics) Option { return enforce.WithMetrics(m) }
+func WithMetrics(m *enforce.Metrics) Option { return ruleset.WithMetrics(m) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option { return enforce.WithLogger(lg) }
+func WithLogger(lg *slog.Logger) Option { return ruleset.WithLogger(lg) }
 
 // WithLogInterval logs store failures at most once per d (default
 // enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option { return enforce.WithLogInterval(d) }
+func WithLogInterval(d time.Duration) Option { return ruleset.WithLogInterval(d) }
 
 // WithFailClosedRetryAfter sets the RetryInfo delay of a fail-closed
 // UNAVAILABLE (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option { return enforce.WithFailClosedRetryAfter(d) }
+func WithFailClosedRetryAfter(d time.Duration) Option { return ruleset.WithFailClosedRetryAfter(d) }
 
 // WithClock sets the clock the x-ratelimit-reset metadata is computed from
 // and failure logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option { return enforce.WithClock(now) }
+func WithClock(now func() time.Time) Option { return ruleset.WithClock(now) }
 
 // New returns a Limiter applying rules against store.
 func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
-	specs := make([]enforce.Spec[call], len(rules))
+	specs := make([]ruleset.Spec[call], len(rules))
 	for i, cfg := range rules {
 		s, err := spec(cfg)
 		if err != nil {
@@ -222,17 +225,17 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := enforce.NewRules("grpclimit", "grpc", store, Peer(), specs, opts...)
+	rs, err := ruleset.NewRules("grpclimit", "grpc", store, Peer(), specs, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{rules: rs, ipHeader: strings.ToLower(rs.ClientIP().Header()), wait: enforce.Sleep}, nil
+	return &Limiter{rules: rs, ipHeader: strings.ToLower(rs.ClientIP().Header()), wait: rs.Sleep}, nil
 }
 
-// spec is cfg in enforce's terms: its method matching, and its funcs
+// spec is cfg in the terms of the shared rule machinery: its method matching, and its funcs
 // seeing the call.
-func spec(cfg Rule) (enforce.Spec[call], error) {
-	s := enforce.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+func spec(cfg Rule) (ruleset.Spec[call], error) {
+	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
 	var method string // exact, or a service prefix ending in "/"
 	var prefix bool
 	if m := cfg.Method; m != "" {
@@ -317,11 +320,11 @@ func (l *Limiter) metadata(ds []headers.Decision) metadata.MD {
 	return md
 }
 
-func (l *Limiter) denial(v enforce.Verdict) error {
+func (l *Limiter) denial(v ruleset.Verdict) error {
 	var st *status.Status
 	var details []protoadapt.MessageV1
 	switch {
-	case v.Outcome == enforce.FailedClosed:
+	case v.Outcome == ruleset.FailedClosed:
 		st = status.New(codes.Unavailable, "grpclimit: rate limiter unavailable (rule "+strconv.Quote(v.Rule)+" fails closed)")
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(l.rules.FailClosedRetryAfter())})
 	case errors.Is(v.Err, tollgate.ErrCostExceedsBurst):
@@ -339,7 +342,7 @@ func (l *Limiter) denial(v enforce.Verdict) error {
 	return st.Err()
 }
 
-func quotaFailure(v enforce.Verdict, desc string) *errdetails.QuotaFailure {
+func quotaFailure(v ruleset.Verdict, desc string) *errdetails.QuotaFailure {
 	return &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "rule:" + v.Rule + " policy:" + v.Policy,
 		Description: desc,

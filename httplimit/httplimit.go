@@ -53,6 +53,7 @@ import (
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
 // Policy is a named limit (see enforce.Policy).
@@ -121,7 +122,7 @@ type Rejection struct {
 // Limiter is the middleware. Make one with New and wrap handlers with
 // Handler. It is safe for concurrent use.
 type Limiter struct {
-	rules  *enforce.Rules[call]
+	rules  *ruleset.Rules[call]
 	reject func(http.ResponseWriter, *http.Request, Rejection)
 	wait   func(context.Context, time.Duration) error
 }
@@ -133,59 +134,60 @@ type call struct {
 	ips *clientip.Resolver
 }
 
-// options are what the Options set: enforce's, shared with every
+// options are what the Options set: the rule machinery's, shared with every
 // transport, and the rejection handler.
 type options struct {
-	shared []enforce.Option
+	shared []ruleset.Option
 	reject func(http.ResponseWriter, *http.Request, Rejection)
 }
 
 // Option configures a Limiter.
 type Option func(*options)
 
-func shared(o enforce.Option) Option {
+func shared(o ruleset.Option) Option {
 	return func(os *options) { os.shared = append(os.shared, o) }
 }
 
-// WithTimeout bounds each rule's store calls (default
+// WithTimeout bounds each rule's store calls with a deadline of d (default
 // enforce.DefaultTimeout, 50 ms), so that a slow or hung Redis cannot hold
-// requests; past it the rule's failure mode applies. 0 removes the
-// deadline (for memorystore, which never waits). See enforce.WithTimeout.
-func WithTimeout(d time.Duration) Option { return shared(enforce.WithTimeout(d)) }
+// requests; past it the rule's failure mode applies. Requests starting
+// within d/8 (at most 1 ms) of each other share one timer. 0 removes the
+// deadline (for memorystore, which never waits).
+func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
 
 // WithClientIP finds client addresses with r: set it to trust your proxies'
 // forwarding headers. Without it the client is the peer address.
-func WithClientIP(r *clientip.Resolver) Option { return shared(enforce.WithClientIP(r)) }
+func WithClientIP(r *clientip.Resolver) Option { return shared(ruleset.WithClientIP(r)) }
 
 // WithHeaders selects the header flavours set on every response (default
 // headers.Draft: RateLimit-Policy and RateLimit). Retry-After is set on every
 // rejection whatever the flavour.
-func WithHeaders(f headers.Flavor) Option { return shared(enforce.WithHeaders(f)) }
+func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)) }
 
 // WithRegistry registers the metrics (tollgate_http_decisions_total,
 // tollgate_http_store_duration_seconds, tollgate_http_store_errors_total)
 // on reg. Without it or WithMetrics nothing is recorded.
-func WithRegistry(reg prometheus.Registerer) Option { return shared(enforce.WithRegistry(reg)) }
+func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
 
 // WithMetrics records into m, shared with other Limiters or Engines.
-func WithMetrics(m *enforce.Metrics) Option { return shared(enforce.WithMetrics(m)) }
+func WithMetrics(m *enforce.Metrics) Option { return shared(ruleset.WithMetrics(m)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option { return shared(enforce.WithLogger(lg)) }
+func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
 
 // WithLogInterval logs store failures at most once per d (default
 // enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option { return shared(enforce.WithLogInterval(d)) }
+func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
 
 // WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
 // (default 1 s).
 func WithFailClosedRetryAfter(d time.Duration) Option {
-	return shared(enforce.WithFailClosedRetryAfter(d))
+	return shared(ruleset.WithFailClosedRetryAfter(d))
 }
 
 // WithClock sets the clock X-RateLimit-Reset is computed from and failure
 // logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option { return shared(enforce.WithClock(now)) }
+func WithClock(now func() time.Time) Option { return shared(ruleset.WithClock(now)) }
 
 // WithRejectHandler writes rejections with f instead of the default
 // problem+json body. The rate-limit headers and Retry-After are already set
@@ -201,7 +203,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	specs := make([]enforce.Spec[call], len(rules))
+	specs := make([]ruleset.Spec[call], len(rules))
 	for i, cfg := range rules {
 		s, err := spec(cfg)
 		if err != nil {
@@ -209,17 +211,17 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := enforce.NewRules("httplimit", "http", store, ClientIP(), specs, o.shared...)
+	rs, err := ruleset.NewRules("httplimit", "http", store, ClientIP(), specs, o.shared...)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{rules: rs, reject: o.reject, wait: enforce.Sleep}, nil
+	return &Limiter{rules: rs, reject: o.reject, wait: rs.Sleep}, nil
 }
 
-// spec is cfg in enforce's terms: its matching, and its funcs seeing the
+// spec is cfg in the terms of the shared rule machinery: its matching, and its funcs seeing the
 // request.
-func spec(cfg Rule) (enforce.Spec[call], error) {
-	s := enforce.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+func spec(cfg Rule) (ruleset.Spec[call], error) {
+	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
 	var pat *pattern
 	if cfg.Pattern != "" {
 		var err error
@@ -282,10 +284,10 @@ func (l *Limiter) writeHeaders(w http.ResponseWriter, ds []headers.Decision) {
 	headers.Write(w.Header(), flavor, now, ds...)
 }
 
-func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, v enforce.Verdict) {
+func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, v ruleset.Verdict) {
 	rej := Rejection{Rule: v.Rule, Policy: v.Policy, Result: v.Result, Err: v.Err}
 	switch {
-	case v.Outcome == enforce.FailedClosed:
+	case v.Outcome == ruleset.FailedClosed:
 		rej.Status, rej.RetryAfter = http.StatusServiceUnavailable, l.rules.FailClosedRetryAfter()
 	case errors.Is(v.Err, tollgate.ErrCostExceedsBurst):
 		rej.Status = http.StatusRequestEntityTooLarge

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
 // Key says whom a rule counts a request against: the client's address (the
@@ -23,13 +23,13 @@ import (
 // replaced by its SHA-256, as "<rule>:<kind>#<hex>": a client cannot escape
 // a limit by sending a huge header, nor reach a hashed key's counter by
 // sending the hash as its own value.
-type Key = enforce.Key[call]
+type Key = ruleset.Key[call]
 
 // ClientIP keys requests by client address, as the Limiter's
 // clientip.Resolver finds it (WithClientIP): the peer address unless
 // trusted proxies are configured; IPv6 grouped by /64. It is the zero Key.
 func ClientIP() Key {
-	return enforce.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
+	return ruleset.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
 		a := c.ips.Addr(c.r)
 		if !a.IsValid() {
 			// Not an IP peer (a Unix socket): all such requests share one key.
@@ -45,9 +45,9 @@ func ClientIP() Key {
 func Header(name string) Key {
 	name = http.CanonicalHeaderKey(name)
 	if name == "" || len(name) > 64 || strings.ContainsAny(name, ": \t") {
-		return enforce.BadKey[call](fmt.Errorf("header key %q: want a header name of 1 to 64 characters", name))
+		return ruleset.BadKey[call](fmt.Errorf("header key %q: want a header name of 1 to 64 characters", name))
 	}
-	return enforce.ValueKey("header="+name, func(dst []byte, c call) ([]byte, bool) {
+	return ruleset.ValueKey("header="+name, func(dst []byte, c call) ([]byte, bool) {
 		vs := c.r.Header[name]
 		if len(vs) == 0 || vs[0] == "" {
 			return dst, false
@@ -65,13 +65,13 @@ func Func(kind string, f func(*http.Request) (string, bool)) Key {
 	if f != nil {
 		fc = func(c call) (string, bool) { return f(c.r) }
 	}
-	return enforce.FuncKey(kind, fc)
+	return ruleset.FuncKey(kind, fc)
 }
 
 // Route keys requests by method and path ("GET /users/42"): each resource
 // gets its own allowance.
 func Route() Key {
-	return enforce.ValueKey("route", func(dst []byte, c call) ([]byte, bool) {
+	return ruleset.ValueKey("route", func(dst []byte, c call) ([]byte, bool) {
 		dst = append(dst, c.r.Method...)
 		dst = append(dst, ' ')
 		return append(dst, c.r.URL.Path...), true
@@ -80,8 +80,8 @@ func Route() Key {
 
 // Global counts every request the rule matches against one key: a limit on
 // an endpoint as a whole.
-func Global() Key { return enforce.GlobalKey[call]() }
+func Global() Key { return ruleset.GlobalKey[call]() }
 
 // Composite keys requests by all of keys together, such as tenant and
 // route. A request missing any part is not counted by the rule.
-func Composite(keys ...Key) Key { return enforce.CompositeKey(keys...) }
+func Composite(keys ...Key) Key { return ruleset.CompositeKey(keys...) }

@@ -1,4 +1,4 @@
-package enforce
+package ruleset
 
 import (
 	"fmt"
@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("enforce: register metrics: %w", err)
+			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -1,4 +1,4 @@
-package enforce
+package ruleset
 
 import (
 	"context"
@@ -45,6 +45,7 @@ type Spec[Req any] struct {
 type Rules[Req any] struct {
 	rules []prepared[Req]
 	set   settings
+	pkg   string // starts error messages
 }
 
 type prepared[Req any] struct {
@@ -74,7 +75,7 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		set.metrics = m
 	}
 	engine := newEngine(store, set)
-	rs := &Rules[Req]{set: set}
+	rs := &Rules[Req]{set: set, pkg: pkg}
 	seen := map[string]bool{}
 	for _, s := range specs {
 		p, err := prepare(engine, def, s)
@@ -292,18 +293,18 @@ func (k *Key[Req]) appendValue(dst []byte, req Req) ([]byte, bool) {
 // ends. It gives up at once when ctx's deadline is sooner than d: the
 // request cannot make it, so it should not wait. Its errors wrap
 // context.DeadlineExceeded or ctx's error (and its cause, if another).
-func Sleep(ctx context.Context, d time.Duration) error {
+func (rs *Rules[Req]) Sleep(ctx context.Context, d time.Duration) error {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		return fmt.Errorf("enforce: shaping delay %v exceeds the request deadline: %w", d, context.DeadlineExceeded)
+		return fmt.Errorf("%s: shaping delay %v exceeds the request deadline: %w", rs.pkg, d, context.DeadlineExceeded)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		if err, cause := ctx.Err(), context.Cause(ctx); cause != err {
-			return fmt.Errorf("enforce: request ended during its shaping delay: %w: %w", err, cause)
+			return fmt.Errorf("%s: request ended during its shaping delay: %w: %w", rs.pkg, err, cause)
 		}
-		return fmt.Errorf("enforce: request ended during its shaping delay: %w", ctx.Err())
+		return fmt.Errorf("%s: request ended during its shaping delay: %w", rs.pkg, ctx.Err())
 	case <-t.C:
 		return nil
 	}
