@@ -1,94 +1,82 @@
-// Package enforce applies named limits to a key with the behaviour a request
-// path needs around a Store: a deadline on every decision, a failure mode
-// when the store cannot answer, dry-run rules, Prometheus metrics and logs
-// that do not flood. It knows nothing of HTTP or gRPC: httplimit and
-// grpclimit match requests and build keys, then call Rule.Decide; so can
-// any other transport, such as a decision service.
+// Package enforce holds what every tollgate transport means by a rule:
+// named limits (Policy), what a rule does when the store fails
+// (FailureMode), the default deadline and log pace, and the Prometheus
+// metrics (Metrics). httplimit (net/http middleware) and grpclimit (gRPC
+// interceptors) apply rules with these; the configuration of the decision
+// service uses the same FailureMode.
 //
 // # The model
 //
-// A Rule has a name, a FailureMode and a dry-run flag. For each request it
-// applies to, the caller gives it a key (already namespaced by rule and key
-// kind, so rules and tenants never share a counter), the Policies — named
-// limits — that apply, and a cost. Decide checks the policies in order and
-// spends the cost on each that admits it; it stops at the first that
-// denies, so a request denied by a per-second burst does not also eat into
-// a daily quota. Put short windows first. The tightest policy decides and
-// is reported (see headers.Binding).
+// A rule has a name, a FailureMode and a dry-run flag. For each request it
+// applies to, it builds a key (namespaced by rule and key kind, so rules
+// and tenants never share a counter), picks the Policies — named limits —
+// that apply, and a cost. It checks the policies in order and spends the
+// cost on each that admits it; it stops at the first that denies, so a
+// request denied by a per-second burst does not also eat into a daily
+// quota. Put short windows first. The tightest policy decides and is
+// reported (see headers.Binding). Every rule that matches a request
+// applies, in order, and the first that blocks stops the rest.
 //
-// When the store fails or misses the deadline (default 50 ms), a FailOpen
-// rule lets the request through and a FailClosed rule rejects it; either
-// way the event is counted, and logged at most once per log interval with
-// the number of events left out since (similar_events_not_logged), so a
-// Redis outage produces one line every few seconds, not one per request. A dry-run rule decides and
-// reports like any other but never blocks: its denials are counted as
-// dry_run_denied.
+// When the store fails or misses the deadline (DefaultTimeout unless the
+// transport's WithTimeout says otherwise), a FailOpen rule lets the
+// request through and a FailClosed rule rejects it; either way the event
+// is counted, and logged at most once per log interval with the number of
+// events left out since (similar_events_not_logged), so a Redis outage
+// produces one line every few seconds, not one per request. A dry-run rule
+// decides and reports like any other but never blocks: its denials are
+// counted as dry_run_denied.
 package enforce
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
-	"time"
 
-	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
-// DefaultTimeout bounds each rule's store calls when no WithTimeout is given:
-// long enough for a Redis round trip under load, short enough that a hung
-// Redis cannot hold requests.
-const DefaultTimeout = 50 * time.Millisecond
+// DefaultTimeout bounds each rule's store calls when no WithTimeout is given
+// (50 ms): long enough for a Redis round trip under load, short enough that
+// a hung Redis cannot hold requests. Requests starting within 1/8 of it (at
+// most 1 ms) share one timer, so each gets between 50 and 51 ms.
+const DefaultTimeout = ruleset.DefaultTimeout
 
-// DefaultLogInterval is how often, at most, failures are logged: every
-// door (httplimit, grpclimit, the decision service) uses the same.
-const DefaultLogInterval = guard.DefaultInterval
+// DefaultLogInterval is how often, at most, store failures are logged when
+// no WithLogInterval is given: every door (httplimit, grpclimit, the
+// decision service) uses the same.
+const DefaultLogInterval = ruleset.DefaultLogInterval
 
 // Policy is a named limit: the name is what clients see in RateLimit-Policy
-// and RateLimit, and what a 429 body says was violated.
-type Policy struct {
-	Name  string
-	Limit tollgate.Limit
-}
+// and RateLimit, and what a 429 body says was violated. Name is 1 to 64
+// printable ASCII characters without spaces, ':', '"' or '\'; two policies
+// of one rule must differ in algorithm or period, or they would share one
+// counter.
+type Policy = ruleset.Policy
 
 // FailureMode says what a rule does when the store cannot decide. It is the
 // one failure mode of every door: httplimit and grpclimit rules, and the
 // rules files of the decision service (config.FailureMode is this type).
-type FailureMode uint8
+// Its String is "default", "fail_open" or "fail_closed".
+type FailureMode = ruleset.FailureMode
 
 const (
 	// FailDefault, the zero value, defers to the default of whoever applies
-	// the rule: an Engine fails open; the decision service applies its
-	// --failure-mode, and a rule in its rules file without failure_mode
-	// has this one.
-	FailDefault FailureMode = iota
+	// the rule: httplimit and grpclimit fail open; the decision service
+	// applies its --failure-mode, and a rule in its rules file without
+	// failure_mode has this one.
+	FailDefault = ruleset.FailDefault
 	// FailOpen lets the request through: the usual choice for read-heavy
 	// endpoints, where an outage of the limiter must not take the API down.
-	FailOpen
+	FailOpen = ruleset.FailOpen
 	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE, the
 	// service's OVER_LIMIT): for login, payments and anything where
 	// unlimited traffic is the bigger risk.
-	FailClosed
+	FailClosed = ruleset.FailClosed
 )
 
-// String returns "fail_open", "fail_closed" or "default".
-func (m FailureMode) String() string {
-	switch m {
-	case FailDefault:
-		return "default"
-	case FailOpen:
-		return "fail_open"
-	case FailClosed:
-		return "fail_closed"
-	}
-	return fmt.Sprintf("FailureMode(%d)", uint8(m))
-}
-
 // ParseFailureMode reads "fail_open" or "fail_closed" (also "open",
-// "closed", with - or _).
+// "closed", with - or _, in any case), as FailureMode.String writes them.
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_") {
 	case "fail_open", "open":
@@ -99,298 +87,26 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return FailDefault, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
 }
 
-// Outcome is what a rule did with a request, as counted in metrics.
-type Outcome uint8
+// Metrics are the Prometheus metrics of a limiter, registered on the
+// registry the caller passes (never the global one unless passed):
+//
+//	tollgate_<subsystem>_decisions_total{rule, outcome}       counter
+//	tollgate_<subsystem>_store_duration_seconds{rule}         histogram
+//	tollgate_<subsystem>_store_errors_total{rule}             counter
+//
+// outcome is one of allowed, denied, dry_run_denied, fail_open and
+// fail_closed, so the throttle ratio is denied / all, and fail-open events
+// are counted apart from normal traffic. A limiter given WithRegistry makes
+// its own; share one Metrics between limiters with WithMetrics.
+type Metrics = ruleset.Metrics
 
-const (
-	// Allowed: every policy admitted the request.
-	Allowed Outcome = iota
-	// Denied: a policy denied it (or it costs more than a policy can ever
-	// admit).
-	Denied
-	// DryRunDenied: a dry-run rule would have denied it; it went through.
-	DryRunDenied
-	// FailedOpen: the store failed and the rule let the request through.
-	FailedOpen
-	// FailedClosed: the store failed and the rule rejected the request.
-	FailedClosed
-
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{"allowed", "denied", "dry_run_denied", "fail_open", "fail_closed"}
-
-// String returns the outcome's metric label: "allowed", "denied",
-// "dry_run_denied", "fail_open" or "fail_closed".
-func (o Outcome) String() string {
-	if o < numOutcomes {
-		return outcomeNames[o]
+// NewMetrics creates the metrics with the given subsystem ("http", "grpc")
+// and registers them on reg. It fails if reg already has them: give each
+// limiter on one registry its own subsystem, or share one Metrics.
+func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
+	m, err := ruleset.NewMetrics(reg, subsystem)
+	if err != nil {
+		return nil, fmt.Errorf("enforce: %w", err)
 	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
-// Blocks reports whether the request must be rejected.
-func (o Outcome) Blocks() bool { return o == Denied || o == FailedClosed }
-
-// Verdict is a rule's decision on one request.
-type Verdict struct {
-	Outcome Outcome
-	// Policy is the binding policy: the one that denied the request, or
-	// when all admitted it, the one closest to running out. Empty when the
-	// store failed before any policy answered.
-	Policy string
-	// Result is the binding policy's result.
-	Result tollgate.Result
-	// Delay is how long an admitted request must wait before it goes: the
-	// longest shaping delay of the policies (a LeakyBucket with MaxDelay).
-	Delay time.Duration
-	// Err is why the store could not decide (FailedOpen, FailedClosed), or
-	// for Denied, tollgate.ErrCostExceedsBurst when the request costs more
-	// than the policy can ever admit, so retrying is pointless.
-	Err error
-}
-
-// Engine decides against one Store for any number of rules. It is safe for
-// concurrent use.
-type Engine struct {
-	store     tollgate.Store
-	timeout   time.Duration
-	deadlines *guard.Deadlines
-	metrics   *Metrics
-	logger    *slog.Logger
-	now       func() time.Time
-	failLog   guard.Sampler // Every is the log interval
-}
-
-// Option configures an Engine.
-type Option func(*Engine)
-
-// WithTimeout bounds the store calls of each rule's decision with a deadline
-// of d (DefaultTimeout: 50 ms), so that a slow or hung store cannot hold the
-// request; past it the rule's failure mode applies. To save a timer per
-// request, requests starting within d/8 (at most 1 ms) of each other share
-// one deadline: each gets between d and d + min(d/8, 1 ms). 0 removes the
-// deadline: only for a store that never waits, such as memorystore.
-func WithTimeout(d time.Duration) Option { return func(e *Engine) { e.timeout = d } }
-
-// WithMetrics records decisions, store latency and store errors in m.
-func WithMetrics(m *Metrics) Option { return func(e *Engine) { e.metrics = m } }
-
-// WithLogger logs store failures to l (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l } }
-
-// WithLogInterval logs store failures at most once per d (default
-// DefaultLogInterval); each record says how many were left out since the
-// previous one, in its similar_events_not_logged attribute. 0 logs every
-// failure.
-func WithLogInterval(d time.Duration) Option { return func(e *Engine) { e.failLog.Every = d } }
-
-// New returns an Engine deciding against store.
-func New(store tollgate.Store, opts ...Option) *Engine {
-	e := &Engine{store: store, timeout: DefaultTimeout, now: time.Now}
-	e.failLog.Every = DefaultLogInterval
-	for _, o := range opts {
-		o(e)
-	}
-	if e.logger == nil {
-		e.logger = slog.Default()
-	}
-	if e.timeout > 0 {
-		e.deadlines = guard.NewDeadlines(e.timeout)
-	}
-	return e
-}
-
-// Rule is a prepared rule: its name, failure mode and dry-run flag, bound to
-// an Engine and to its metrics. Make one per rule with Engine.Rule at start
-// and share it.
-type Rule struct {
-	e      *Engine
-	name   string
-	mode   FailureMode
-	dryRun bool
-	m      ruleMetrics
-}
-
-// Rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
-// without ':' (it namespaces keys and labels metrics).
-func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (*Rule, error) {
-	if err := CheckName("rule", name); err != nil {
-		return nil, err
-	}
-	if mode > FailClosed {
-		return nil, fmt.Errorf("enforce: rule %q: unknown failure mode %d", name, mode)
-	}
-	if mode == FailDefault {
-		mode = FailOpen // an Engine's default
-	}
-	r := &Rule{e: e, name: name, mode: mode, dryRun: dryRun}
-	if e.metrics != nil {
-		r.m = e.metrics.forRule(name)
-	}
-	return r, nil
-}
-
-// Name returns the rule's name.
-func (r *Rule) Name() string { return r.name }
-
-// FailureMode returns the rule's failure mode: FailOpen or FailClosed.
-func (r *Rule) FailureMode() FailureMode { return r.mode }
-
-// DryRun reports whether the rule only reports and never blocks.
-func (r *Rule) DryRun() bool { return r.dryRun }
-
-// CheckName reports whether name is usable as a rule or policy name: 1 to 64
-// printable ASCII characters without ':' or '"'. what names it in the error.
-func CheckName(what, name string) error {
-	if name == "" || len(name) > 64 {
-		return fmt.Errorf("enforce: a %s name must be 1 to 64 characters, got %q", what, name)
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < 0x21 || c > 0x7e || c == ':' || c == '"' || c == '\\' {
-			return fmt.Errorf("enforce: %s name %q: only printable ASCII without spaces, ':', '\"' or '\\'", what, name)
-		}
-	}
-	return nil
-}
-
-// CheckPolicies reports whether policies can be used together in one rule:
-// valid names and limits, and no two sharing an algorithm and a period, which
-// would make them share one counter for a key.
-func CheckPolicies(policies []Policy) error {
-	if len(policies) == 0 {
-		return errors.New("enforce: a rule needs at least one policy")
-	}
-	for i, p := range policies {
-		if err := CheckName("policy", p.Name); err != nil {
-			return err
-		}
-		if err := p.Limit.Validate(); err != nil {
-			return fmt.Errorf("enforce: policy %q: %w", p.Name, err)
-		}
-		for _, q := range policies[:i] {
-			if q.Name == p.Name {
-				return fmt.Errorf("enforce: two policies named %q", p.Name)
-			}
-			if q.Limit.Algorithm == p.Limit.Algorithm && q.Limit.Period == p.Limit.Period {
-				return fmt.Errorf("enforce: policies %q and %q are both %s per %v: they would share one counter; give them different periods or algorithms", q.Name, p.Name, p.Limit.Algorithm, p.Limit.Period)
-			}
-		}
-	}
-	return nil
-}
-
-// Decide decides the request identified by key under policies, spending
-// cost (at least 1) on each policy that admits it, in order, and stopping at
-// the first that denies. It appends one headers.Decision per policy that
-// answered to dst (marked DryRun for a dry-run rule) and returns it with the
-// verdict.
-func (r *Rule) Decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
-	e := r.e
-	if e.deadlines != nil {
-		ctx = e.deadlines.Bound(ctx)
-	}
-	v := Verdict{Outcome: Allowed}
-	first := len(dst)
-	for _, p := range policies {
-		var start time.Time
-		if r.m.latency != nil {
-			start = time.Now()
-		}
-		res, err := e.store.AllowN(ctx, key, p.Limit, cost)
-		if r.m.latency != nil {
-			r.m.latency.Observe(time.Since(start).Seconds())
-		}
-		if err != nil {
-			if errors.Is(err, tollgate.ErrCostExceedsBurst) {
-				// Not a failure: this request can never pass.
-				v = Verdict{Outcome: Denied, Policy: p.Name, Result: res, Err: err}
-				if r.dryRun {
-					v.Outcome = DryRunDenied
-				}
-				break
-			}
-			return r.fail(ctx, p.Name, err), dst
-		}
-		dst = append(dst, headers.Decision{Policy: p.Name, Result: res, DryRun: r.dryRun})
-		if res.Allowed {
-			v.Delay = max(v.Delay, res.Delay)
-			continue
-		}
-		v.Outcome = Denied
-		if r.dryRun {
-			v.Outcome = DryRunDenied
-		}
-		break
-	}
-	if v.Err == nil {
-		if b := first + bindingAmong(dst[first:]); b >= first {
-			v.Policy, v.Result = dst[b].Policy, dst[b].Result
-		}
-	}
-	if v.Outcome == DryRunDenied {
-		v.Delay = 0 // a dry run does not shape either
-	}
-	r.count(v.Outcome)
-	return v, dst
-}
-
-// bindingAmong is headers.Binding, treating dry-run decisions as binding
-// (a dry-run rule reports its own would-be verdict).
-func bindingAmong(ds []headers.Decision) int {
-	if len(ds) == 0 {
-		return -1
-	}
-	if !ds[0].DryRun {
-		return headers.Binding(ds)
-	}
-	var buf [8]headers.Decision
-	tmp := append(buf[:0], ds...)
-	for i := range tmp {
-		tmp[i].DryRun = false
-	}
-	return headers.Binding(tmp)
-}
-
-func (r *Rule) fail(ctx context.Context, policy string, err error) Verdict {
-	v := Verdict{Outcome: FailedOpen, Policy: policy, Err: err}
-	if r.mode == FailClosed && !r.dryRun {
-		v.Outcome = FailedClosed
-	}
-	if r.m.errors != nil {
-		r.m.errors.Inc()
-	}
-	r.count(v.Outcome)
-	r.e.logFailure(ctx, r, policy, v.Outcome, err)
-	return v
-}
-
-func (r *Rule) count(o Outcome) {
-	if c := r.m.decisions[o]; c != nil {
-		c.Inc()
-	}
-}
-
-// logFailure logs a store failure unless one was logged less than the log
-// interval ago; the next record reports how many were left out.
-// The key is not logged: it may be an API key.
-func (e *Engine) logFailure(ctx context.Context, r *Rule, policy string, o Outcome, err error) {
-	ok, skipped := e.failLog.Allow(e.now())
-	if !ok {
-		return
-	}
-
-	msg := "tollgate: store failed; request let through (fail-open)"
-	if o == FailedClosed {
-		msg = "tollgate: store failed; request rejected (fail-closed)"
-	}
-	// WithoutCancel: the record must not be dropped by a handler that
-	// checks the (probably expired) request context.
-	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, msg,
-		slog.String("rule", r.name),
-		slog.String("policy", policy),
-		slog.String("outcome", o.String()),
-		slog.String("error", err.Error()),
-		guard.Skipped(skipped),
-	)
+	return m, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/grpclimit"
+	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
@@ -256,5 +258,27 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := grpclimit.New(memorystore.New(), rules); err == nil {
 			t.Errorf("New(%+v) accepted it", rules)
 		}
+	}
+}
+
+// TestClock: x-ratelimit-reset, a Unix time, is read from WithClock's
+// clock, as httplimit's X-RateLimit-Reset is.
+func TestClock(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []grpclimit.Rule{{
+		Name:     "health",
+		Policies: []grpclimit.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
+	}}, grpclimit.WithHeaders(headers.XRateLimit), grpclimit.WithClock(c.Now))
+	md, err := check(context.Background(), serve(t, lim), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset, err := strconv.ParseInt(strings.Join(md.Get("x-ratelimit-reset"), ""), 10, 64)
+	if err != nil {
+		t.Fatalf("x-ratelimit-reset %q: %v", md.Get("x-ratelimit-reset"), err)
+	}
+	if got, lo, hi := reset, c.Now().Unix(), c.Now().Add(time.Minute).Unix(); got < lo || got > hi {
+		t.Errorf("x-ratelimit-reset = %d, want between %d and %d (the clock's now and a minute later)", got, lo, hi)
 	}
 }

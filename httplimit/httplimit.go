@@ -53,6 +53,7 @@ import (
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
 // Policy is a named limit (see enforce.Policy).
@@ -99,18 +100,6 @@ type Rule struct {
 	DryRun bool
 }
 
-// rule is a Rule prepared for the request path.
-type rule struct {
-	pattern      *pattern
-	match        func(*http.Request) bool
-	key          Key
-	prefix       string // "<name>:<kind>:"
-	policies     []Policy
-	policiesFunc func(*http.Request) []Policy
-	cost         func(*http.Request) int
-	r            *enforce.Rule
-}
-
 // Rejection describes a request the Limiter turns away, for a custom
 // response (WithRejectHandler).
 type Rejection struct {
@@ -133,138 +122,125 @@ type Rejection struct {
 // Limiter is the middleware. Make one with New and wrap handlers with
 // Handler. It is safe for concurrent use.
 type Limiter struct {
-	rules          []rule
-	ips            *clientip.Resolver
-	flavor         headers.Flavor
-	reject         func(http.ResponseWriter, *http.Request, Rejection)
-	failRetryAfter time.Duration
-	now            func() time.Time
-	wait           func(context.Context, time.Duration) error
+	rules  *ruleset.Rules[call]
+	reject func(http.ResponseWriter, *http.Request, Rejection)
+	wait   func(context.Context, time.Duration) error
+}
 
-	engineOpts []enforce.Option
-	registry   prometheus.Registerer
-	metrics    *enforce.Metrics
+// call is what the rules see of a request: the request, and how to find
+// its client's address.
+type call struct {
+	r   *http.Request
+	ips *clientip.Resolver
+}
+
+// options are what the Options set: the rule machinery's, shared with every
+// transport, and the rejection handler.
+type options struct {
+	shared []ruleset.Option
+	reject func(http.ResponseWriter, *http.Request, Rejection)
 }
 
 // Option configures a Limiter.
-type Option func(*Limiter)
+type Option func(*options)
 
-// WithTimeout bounds each rule's store calls (default 50 ms), so that a
-// slow or hung Redis cannot hold requests; past it the rule's failure mode
-// applies. 0 removes the deadline (for memorystore, which never waits).
-func WithTimeout(d time.Duration) Option {
-	return func(l *Limiter) { l.engineOpts = append(l.engineOpts, enforce.WithTimeout(d)) }
+func shared(o ruleset.Option) Option {
+	return func(os *options) { os.shared = append(os.shared, o) }
 }
+
+// WithTimeout bounds each rule's store calls with a deadline of d (default
+// enforce.DefaultTimeout, 50 ms), so that a slow or hung Redis cannot hold
+// requests; past it the rule's failure mode applies. Requests starting
+// within d/8 (at most 1 ms) of each other share one timer. 0 removes the
+// deadline (for memorystore, which never waits).
+func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
 
 // WithClientIP finds client addresses with r: set it to trust your proxies'
 // forwarding headers. Without it the client is the peer address.
-func WithClientIP(r *clientip.Resolver) Option { return func(l *Limiter) { l.ips = r } }
+func WithClientIP(r *clientip.Resolver) Option { return shared(ruleset.WithClientIP(r)) }
 
 // WithHeaders selects the header flavours set on every response (default
 // headers.Draft: RateLimit-Policy and RateLimit). Retry-After is set on every
 // rejection whatever the flavour.
-func WithHeaders(f headers.Flavor) Option { return func(l *Limiter) { l.flavor = f } }
+func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)) }
 
 // WithRegistry registers the metrics (tollgate_http_decisions_total,
 // tollgate_http_store_duration_seconds, tollgate_http_store_errors_total)
 // on reg. Without it or WithMetrics nothing is recorded.
-func WithRegistry(reg prometheus.Registerer) Option { return func(l *Limiter) { l.registry = reg } }
+func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
 
 // WithMetrics records into m, shared with other Limiters or Engines.
-func WithMetrics(m *enforce.Metrics) Option { return func(l *Limiter) { l.metrics = m } }
+func WithMetrics(m *enforce.Metrics) Option { return shared(ruleset.WithMetrics(m)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option {
-	return func(l *Limiter) { l.engineOpts = append(l.engineOpts, enforce.WithLogger(lg)) }
+func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
+
+// WithLogInterval logs store failures at most once per d (default
+// enforce.DefaultLogInterval, 10 s).
+func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
+
+// WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
+// (default 1 s).
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return shared(ruleset.WithFailClosedRetryAfter(d))
 }
 
-// WithLogInterval logs store failures at most once per d (default 10 s).
-func WithLogInterval(d time.Duration) Option {
-	return func(l *Limiter) { l.engineOpts = append(l.engineOpts, enforce.WithLogInterval(d)) }
-}
+// WithClock sets the clock X-RateLimit-Reset is computed from and failure
+// logs are paced by (default time.Now).
+func WithClock(now func() time.Time) Option { return shared(ruleset.WithClock(now)) }
 
 // WithRejectHandler writes rejections with f instead of the default
 // problem+json body. The rate-limit headers and Retry-After are already set
 // when f runs; f writes the status and body.
 func WithRejectHandler(f func(http.ResponseWriter, *http.Request, Rejection)) Option {
-	return func(l *Limiter) { l.reject = f }
+	return func(os *options) { os.reject = f }
 }
-
-// WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
-// (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option {
-	return func(l *Limiter) { l.failRetryAfter = d }
-}
-
-// WithClock sets the clock used for X-RateLimit-Reset (default time.Now).
-func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
 
 // New returns a Limiter applying rules against store. It checks every rule
 // and every static policy, and returns the first problem.
 func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
-	l := &Limiter{
-		ips:            &clientip.Resolver{},
-		flavor:         headers.Draft,
-		reject:         WriteProblem,
-		failRetryAfter: time.Second,
-		now:            time.Now,
-		wait:           sleep,
+	o := options{reject: WriteProblem}
+	for _, f := range opts {
+		f(&o)
 	}
-	for _, o := range opts {
-		o(l)
-	}
-	if store == nil {
-		return nil, errors.New("httplimit: nil store")
-	}
-	if l.metrics == nil && l.registry != nil {
-		m, err := enforce.NewMetrics(l.registry, "http")
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: %w", err)
-		}
-		l.metrics = m
-	}
-	if l.metrics != nil {
-		l.engineOpts = append(l.engineOpts, enforce.WithMetrics(l.metrics))
-	}
-	engine := enforce.New(store, l.engineOpts...)
-	seen := map[string]bool{}
-	for _, cfg := range rules {
-		rl, err := prepare(engine, cfg)
+	specs := make([]ruleset.Spec[call], len(rules))
+	for i, cfg := range rules {
+		s, err := spec(cfg)
 		if err != nil {
 			return nil, err
 		}
-		if seen[cfg.Name] {
-			return nil, fmt.Errorf("httplimit: two rules named %q", cfg.Name)
-		}
-		seen[cfg.Name] = true
-		l.rules = append(l.rules, rl)
+		specs[i] = s
 	}
-	return l, nil
+	rs, err := ruleset.NewRules("httplimit", "http", store, ClientIP(), specs, o.shared...)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{rules: rs, reject: o.reject, wait: rs.Sleep}, nil
 }
 
-func prepare(engine *enforce.Engine, cfg Rule) (rule, error) {
-	r, err := engine.Rule(cfg.Name, cfg.FailureMode, cfg.DryRun)
-	if err != nil {
-		return rule{}, fmt.Errorf("httplimit: %w", err)
-	}
-	rl := rule{match: cfg.Match, key: cfg.Key, policies: cfg.Policies, policiesFunc: cfg.PoliciesFunc, cost: cfg.Cost, r: r}
+// spec is cfg in the terms of the shared rule machinery: its matching, and its funcs seeing the
+// request.
+func spec(cfg Rule) (ruleset.Spec[call], error) {
+	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+	var pat *pattern
 	if cfg.Pattern != "" {
-		if rl.pattern, err = parsePattern(cfg.Pattern); err != nil {
-			return rule{}, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
+		var err error
+		if pat, err = parsePattern(cfg.Pattern); err != nil {
+			return s, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
 		}
 	}
-	if err := rl.key.check(); err != nil {
-		return rule{}, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
-	}
-	rl.prefix = cfg.Name + ":" + rl.key.kindName() + ":"
-	if cfg.PoliciesFunc == nil {
-		if err := enforce.CheckPolicies(cfg.Policies); err != nil {
-			return rule{}, fmt.Errorf("httplimit: rule %q: %w", cfg.Name, err)
+	if match := cfg.Match; pat != nil || match != nil {
+		s.Applies = func(c call) bool {
+			return (pat == nil || pat.match(c.r)) && (match == nil || match(c.r))
 		}
-	} else if len(cfg.Policies) > 0 {
-		return rule{}, fmt.Errorf("httplimit: rule %q: set Policies or PoliciesFunc, not both", cfg.Name)
 	}
-	return rl, nil
+	if f := cfg.PoliciesFunc; f != nil {
+		s.PoliciesFunc = func(c call) []Policy { return f(c.r) }
+	}
+	if f := cfg.Cost; f != nil {
+		s.Cost = func(c call) int { return f(c.r) }
+	}
+	return s, nil
 }
 
 // Handler returns next wrapped by the limiter: each request is checked
@@ -279,47 +255,17 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 const maxDecisions = 8 // on the stack; more policies spill to the heap
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	var (
-		decs   [maxDecisions]headers.Decision
-		ds     = decs[:0]
-		keyBuf [160]byte
-		delay  time.Duration
-		ctx    = r.Context()
-	)
-	for i := range l.rules {
-		rl := &l.rules[i]
-		if (rl.pattern != nil && !rl.pattern.match(r)) || (rl.match != nil && !rl.match(r)) {
-			continue
-		}
-		policies := rl.policies
-		if rl.policiesFunc != nil {
-			if policies = rl.policiesFunc(r); len(policies) == 0 {
-				continue
-			}
-		}
-		cost := 1
-		if rl.cost != nil {
-			if cost = rl.cost(r); cost < 1 {
-				continue
-			}
-		}
-		key, ok := storeKey(keyBuf[:], rl.prefix, &rl.key, r, l.ips)
-		if !ok {
-			continue
-		}
-		var v enforce.Verdict
-		v, ds = rl.r.Decide(ctx, key, policies, cost, ds)
-		if v.Outcome.Blocks() {
-			l.writeHeaders(w, ds)
-			l.rejectVerdict(w, r, rl, v)
-			return
-		}
-		delay = max(delay, v.Delay)
-	}
+	var decs [maxDecisions]headers.Decision
+	ctx := r.Context()
+	v, ds := l.rules.Decide(ctx, call{r: r, ips: l.rules.ClientIP()}, decs[:0])
 	l.writeHeaders(w, ds)
-	if delay > 0 {
-		if err := l.wait(ctx, delay); err != nil {
-			l.rejectWith(w, r, Rejection{Status: http.StatusServiceUnavailable, RetryAfter: delay, Err: err})
+	if v.Outcome.Blocks() {
+		l.rejectVerdict(w, r, v)
+		return
+	}
+	if v.Delay > 0 {
+		if err := l.wait(ctx, v.Delay); err != nil {
+			l.rejectWith(w, r, Rejection{Status: http.StatusServiceUnavailable, RetryAfter: v.Delay, Err: err})
 			return
 		}
 	}
@@ -330,18 +276,19 @@ func (l *Limiter) writeHeaders(w http.ResponseWriter, ds []headers.Decision) {
 	if len(ds) == 0 {
 		return
 	}
+	flavor := l.rules.Flavor()
 	var now time.Time
-	if l.flavor&headers.XRateLimit != 0 {
-		now = l.now() // only X-RateLimit-Reset needs the time
+	if flavor&headers.XRateLimit != 0 {
+		now = l.rules.Now() // only X-RateLimit-Reset needs the time
 	}
-	headers.Write(w.Header(), l.flavor, now, ds...)
+	headers.Write(w.Header(), flavor, now, ds...)
 }
 
-func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, rl *rule, v enforce.Verdict) {
-	rej := Rejection{Rule: rl.r.Name(), Policy: v.Policy, Result: v.Result, Err: v.Err}
+func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, v ruleset.Verdict) {
+	rej := Rejection{Rule: v.Rule, Policy: v.Policy, Result: v.Result, Err: v.Err}
 	switch {
-	case v.Outcome == enforce.FailedClosed:
-		rej.Status, rej.RetryAfter = http.StatusServiceUnavailable, l.failRetryAfter
+	case v.Outcome == ruleset.FailedClosed:
+		rej.Status, rej.RetryAfter = http.StatusServiceUnavailable, l.rules.FailClosedRetryAfter()
 	case errors.Is(v.Err, tollgate.ErrCostExceedsBurst):
 		rej.Status = http.StatusRequestEntityTooLarge
 	default:
@@ -355,22 +302,6 @@ func (l *Limiter) rejectWith(w http.ResponseWriter, r *http.Request, rej Rejecti
 		headers.SetRetryAfter(w.Header(), rej.RetryAfter)
 	}
 	l.reject(w, r, rej)
-}
-
-// sleep waits d or until ctx ends. It gives up at once when ctx's deadline
-// is sooner than d: the request cannot make it, so it should not wait.
-func sleep(ctx context.Context, d time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		return fmt.Errorf("httplimit: shaping delay %v exceeds the request deadline: %w", d, context.DeadlineExceeded)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("httplimit: request ended during its shaping delay: %w", context.Cause(ctx))
-	case <-t.C:
-		return nil
-	}
 }
 
 // Problem type URIs of the rate-limit draft (section 5), used in 429 and 503

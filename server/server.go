@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/internal/storekey"
 )
 
 // Server decides rate-limit requests against its rules and store. It is
@@ -603,7 +604,7 @@ func roundUp(d time.Duration) *durationpb.Duration {
 // that no two descriptors share a key, and with a share_threshold pattern
 // instead of the value where the rule has one. A key longer than the store
 // accepts becomes "rl#" and the SHA-256 of what follows "rl|"
-// (enforce.KeyString, as the middleware hashes): every literal key starts
+// (storekey.String, as the middleware hashes): every literal key starts
 // with "rl|", so no descriptor can spell the hashed key of another.
 func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule) string {
 	var stack [256]byte
@@ -619,7 +620,7 @@ func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *con
 		}
 		b = appendEscaped(b, v)
 	}
-	return enforce.KeyString(b, len("rl|"))
+	return storekey.String(b, len("rl|"))
 }
 
 func appendEscaped(b []byte, s string) []byte {

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/storekey"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -297,7 +298,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 }
 
 // TestCounterKeyHashedApart: a key too long for the store is hashed the way
-// the middleware hashes (enforce.KeyString), into "rl#", where no literal
+// the middleware hashes (storekey.String), into "rl#", where no literal
 // key can follow: a descriptor sending the hash of another's long value as
 // its own value gets a counter of its own.
 func TestCounterKeyHashedApart(t *testing.T) {
@@ -311,8 +312,8 @@ func TestCounterKeyHashedApart(t *testing.T) {
 	if got, want := hashed, "rl#"+h; got != want {
 		t.Errorf("long key %q, want %q", got, want)
 	}
-	if got, want := hashed, enforce.KeyString([]byte("rl|"+literal), len("rl|")); got != want {
-		t.Errorf("long key %q, want enforce.KeyString's %q", got, want)
+	if got, want := hashed, storekey.String([]byte("rl|"+literal), len("rl|")); got != want {
+		t.Errorf("long key %q, want storekey.String's %q", got, want)
 	}
 	for _, tc := range []struct{ domain, value string }{
 		{"d", h}, {"d", "#" + h}, {"#" + h, ""}, {"", h},

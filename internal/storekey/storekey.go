@@ -1,20 +1,23 @@
-package enforce
+// Package storekey turns namespaced keys into store keys the same way for
+// every door: the middleware's rules (package enforce) and the decision
+// service (package server).
+package storekey
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
 
 	"github.com/tollgate/tollgate"
 )
 
-// KeyString turns b — a namespaced key: a prefix of prefixLen bytes naming
+// String turns b — a namespaced key: a prefix of prefixLen bytes naming
 // what is limited and ending in a separator (httplimit and grpclimit:
 // "rule:kind:"; the decision service: "rl|"), then the value — into a
 // store key. When b is longer than tollgate.MaxKeyLen the value is replaced
 // by its SHA-256, so a client sending a huge header is still limited (a
 // store would reject the long key, and the rule would fail open). Every
-// door hashes long keys here, so they all keep this promise the same way.
+// door (httplimit, grpclimit, the decision service) hashes long keys
+// here, so they all keep this promise the same way.
 //
 // A hashed key ends its prefix with '#' instead of the separator
 // ("rule:kind#<hex>", "rl#<hex>"), so hashed and literal keys live in
@@ -24,7 +27,7 @@ import (
 // in a literal key: rule and kind names never contain ':', so a literal
 // key always has a ':' after its kind, and a hashed key never has one
 // after its rule name; the service's keys all start with "rl|" or "rl#".
-func KeyString(b []byte, prefixLen int) string {
+func String(b []byte, prefixLen int) string {
 	if len(b) > tollgate.MaxKeyLen {
 		sum := sha256.Sum256(b[prefixLen:])
 		b = b[:prefixLen]
@@ -32,24 +35,4 @@ func KeyString(b []byte, prefixLen int) string {
 		b = hex.AppendEncode(b, sum[:])
 	}
 	return string(b)
-}
-
-// AppendPart finishes one part of a composite key: dst[start:] holds the
-// part's value, just appended, and AppendPart rewrites it as the value's
-// length in decimal, ':', then the value. The length is never clamped, and
-// the terminator ends it, so the encoding of a tuple of parts is
-// unambiguous whatever the parts hold or how long they are: no two
-// different tuples spell the same key. It moves the value in place, and
-// allocates only when dst lacks room for the length.
-func AppendPart(dst []byte, start int) []byte {
-	var digits [20]byte
-	n := strconv.AppendInt(digits[:0], int64(len(dst)-start), 10)
-	shift := len(n) + 1
-	for range shift {
-		dst = append(dst, 0)
-	}
-	copy(dst[start+shift:], dst[start:len(dst)-shift])
-	copy(dst[start:], n)
-	dst[start+len(n)] = ':'
-	return dst
 }

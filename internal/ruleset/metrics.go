@@ -1,4 +1,4 @@
-package enforce
+package ruleset
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the Prometheus metrics of an Engine, registered on the
+// Metrics are the Prometheus metrics of Rules, registered on the
 // registry the caller passes (never the global one unless passed):
 //
 //	tollgate_<subsystem>_decisions_total{rule, outcome}       counter
@@ -32,7 +32,7 @@ type ruleMetrics struct {
 
 // NewMetrics creates the metrics with the given subsystem ("http", "grpc")
 // and registers them on reg. It fails if reg already has them: give each
-// Engine on one registry its own subsystem, or share one Metrics.
+// transport on one registry its own subsystem, or share one Metrics.
 func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("enforce: register metrics: %w", err)
+			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -1,24 +1,20 @@
-package enforce
+package ruleset
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/tollgate/tollgate"
 )
 
 // encode spells a tuple of parts as the middleware does: each part
-// appended, then finished by AppendPart.
+// appended, then finished by appendPart.
 func encode(dst []byte, parts []string) []byte {
 	for _, p := range parts {
 		start := len(dst)
 		dst = append(dst, p...)
-		dst = AppendPart(dst, start)
+		dst = appendPart(dst, start)
 	}
 	return dst
 }
@@ -65,7 +61,7 @@ func TestAppendPart(t *testing.T) {
 	}
 }
 
-// TestAppendPartUnambiguous is a property test: random tuples, rich in
+// TestappendPartUnambiguous is a property test: random tuples, rich in
 // digits and ':' and with parts around the lengths where a clamped or
 // fixed-width length would break, always decode back to themselves, and
 // distinct tuples never share a key.
@@ -98,22 +94,5 @@ func TestAppendPartUnambiguous(t *testing.T) {
 			t.Fatalf("two tuples share the key %.60q", key)
 		}
 		seen[string(key)] = id
-	}
-}
-
-func TestKeyStringHashedApart(t *testing.T) {
-	t.Parallel()
-	prefix := "api:header=X-Api-Key:"
-	long := strings.Repeat("v", tollgate.MaxKeyLen)
-	sum := sha256.Sum256([]byte(long))
-	h := hex.EncodeToString(sum[:])
-	hashed := KeyString([]byte(prefix+long), len(prefix))
-	if got, want := hashed, "api:header=X-Api-Key#"+h; got != want {
-		t.Errorf("long value keyed as %q, want %q", got, want)
-	}
-	for _, v := range []string{"sha256=" + h, h, "#" + h, "sha256:" + h} {
-		if got := KeyString([]byte(prefix+v), len(prefix)); got == hashed {
-			t.Errorf("literal value %q spells the hashed key of a long value", v)
-		}
 	}
 }

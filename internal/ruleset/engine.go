@@ -1,0 +1,412 @@
+// Package ruleset is the rule machinery every transport shares: options,
+// rule checks, keys, the decision loop, the deadline, failure modes,
+// dry-run, metrics and sampled failure logs. It knows nothing of HTTP or
+// gRPC: httplimit and grpclimit each say which requests a rule matches
+// (patterns, methods), where key values come from (headers, metadata, the
+// peer) and how a rejection is written (429 with a problem body,
+// RESOURCE_EXHAUSTED with RetryInfo); the rest is Rules, generic over the
+// transport's request type. The model is described in package enforce,
+// which holds the vocabulary users see (Policy, FailureMode, Metrics).
+package ruleset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/guard"
+)
+
+// DefaultTimeout bounds each rule's store calls when no WithTimeout is given:
+// long enough for a Redis round trip under load, short enough that a hung
+// Redis cannot hold requests.
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultLogInterval is how often, at most, failures are logged: every
+// door (httplimit, grpclimit, the decision service) uses the same.
+const DefaultLogInterval = guard.DefaultInterval
+
+// Policy is a named limit: the name is what clients see in RateLimit-Policy
+// and RateLimit, and what a 429 body says was violated.
+type Policy struct {
+	Name  string
+	Limit tollgate.Limit
+}
+
+// FailureMode says what a rule does when the store cannot decide. It is the
+// one failure mode of every door: httplimit and grpclimit rules, and the
+// rules files of the decision service (config.FailureMode is this type).
+type FailureMode uint8
+
+const (
+	// FailDefault, the zero value, defers to the default of whoever applies
+	// the rule: Rules fail open; the decision service applies its
+	// --failure-mode, and a rule in its rules file without failure_mode
+	// has this one.
+	FailDefault FailureMode = iota
+	// FailOpen lets the request through: the usual choice for read-heavy
+	// endpoints, where an outage of the limiter must not take the API down.
+	FailOpen
+	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE, the
+	// service's OVER_LIMIT): for login, payments and anything where
+	// unlimited traffic is the bigger risk.
+	FailClosed
+)
+
+// String returns "fail_open", "fail_closed" or "default".
+func (m FailureMode) String() string {
+	switch m {
+	case FailDefault:
+		return "default"
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(m))
+}
+
+// Outcome is what a rule did with a request, as counted in metrics.
+type Outcome uint8
+
+const (
+	// Allowed: every policy admitted the request.
+	Allowed Outcome = iota
+	// Denied: a policy denied it (or it costs more than a policy can ever
+	// admit).
+	Denied
+	// DryRunDenied: a dry-run rule would have denied it; it went through.
+	DryRunDenied
+	// FailedOpen: the store failed and the rule let the request through.
+	FailedOpen
+	// FailedClosed: the store failed and the rule rejected the request.
+	FailedClosed
+
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "dry_run_denied", "fail_open", "fail_closed"}
+
+// String returns the outcome's metric label: "allowed", "denied",
+// "dry_run_denied", "fail_open" or "fail_closed".
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Blocks reports whether the request must be rejected.
+func (o Outcome) Blocks() bool { return o == Denied || o == FailedClosed }
+
+// Verdict is a rule's decision on one request.
+type Verdict struct {
+	Outcome Outcome
+	// Policy is the binding policy: the one that denied the request, or
+	// when all admitted it, the one closest to running out. Empty when the
+	// store failed before any policy answered.
+	Policy string
+	// Result is the binding policy's result.
+	Result tollgate.Result
+	// Delay is how long an admitted request must wait before it goes: the
+	// longest shaping delay of the policies (a LeakyBucket with MaxDelay).
+	Delay time.Duration
+	// Rule names the rule that blocked the request (Rules.Decide).
+	Rule string
+	// Err is why the store could not decide (FailedOpen, FailedClosed), or
+	// for Denied, tollgate.ErrCostExceedsBurst when the request costs more
+	// than the policy can ever admit, so retrying is pointless.
+	Err error
+}
+
+// engine decides against one Store for any number of rules. It is safe for
+// concurrent use.
+type engine struct {
+	store     tollgate.Store
+	timeout   time.Duration
+	deadlines *guard.Deadlines
+	metrics   *Metrics
+	logger    *slog.Logger
+	now       func() time.Time
+	failLog   guard.Sampler // Every is the log interval
+}
+
+// settings are what the options set: the engine's, and those every
+// transport built on Rules reads.
+type settings struct {
+	timeout        time.Duration
+	metrics        *Metrics
+	registry       prometheus.Registerer
+	logger         *slog.Logger
+	logEvery       time.Duration
+	now            func() time.Time
+	ips            *clientip.Resolver
+	flavor         headers.Flavor
+	failRetryAfter time.Duration
+}
+
+func newSettings(opts []Option) settings {
+	s := settings{
+		timeout: DefaultTimeout, logEvery: DefaultLogInterval, now: time.Now,
+		ips: &clientip.Resolver{}, flavor: headers.Draft, failRetryAfter: time.Second,
+	}
+	for _, o := range opts {
+		o(&s)
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	return s
+}
+
+// Option configures Rules and the transports built on them (httplimit,
+// grpclimit), which all take the same options.
+type Option func(*settings)
+
+// WithTimeout bounds the store calls of each rule's decision with a deadline
+// of d (DefaultTimeout: 50 ms), so that a slow or hung store cannot hold the
+// request; past it the rule's failure mode applies. To save a timer per
+// request, requests starting within d/8 (at most 1 ms) of each other share
+// one deadline: each gets between d and d + min(d/8, 1 ms). 0 removes the
+// deadline: only for a store that never waits, such as memorystore.
+func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
+
+// WithMetrics records decisions, store latency and store errors in m,
+// which may be shared by several transports.
+func WithMetrics(m *Metrics) Option { return func(s *settings) { s.metrics = m } }
+
+// WithRegistry registers the metrics of a transport built on Rules
+// (tollgate_<subsystem>_decisions_total, …_store_duration_seconds,
+// …_store_errors_total; see Metrics) on reg, unless WithMetrics is given.
+func WithRegistry(reg prometheus.Registerer) Option { return func(s *settings) { s.registry = reg } }
+
+// WithLogger logs store failures to l (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
+
+// WithLogInterval logs store failures at most once per d (default
+// DefaultLogInterval); each record says how many were left out since the
+// previous one, in its similar_events_not_logged attribute. 0 logs every
+// failure.
+func WithLogInterval(d time.Duration) Option { return func(s *settings) { s.logEvery = d } }
+
+// WithClock sets the clock (default time.Now) that paces failure logs and
+// that X-RateLimit-Reset is computed from. Store decisions use the store's
+// own clock.
+func WithClock(now func() time.Time) Option { return func(s *settings) { s.now = now } }
+
+// WithClientIP finds client addresses with r: set it to trust your
+// proxies' forwarding headers (gRPC: the same names as metadata keys,
+// lower-cased). Without it the client is the peer address.
+func WithClientIP(r *clientip.Resolver) Option { return func(s *settings) { s.ips = r } }
+
+// WithHeaders selects the header flavours a transport sends with every
+// response (default headers.Draft: RateLimit-Policy and RateLimit).
+// Retry-After is sent on every rejection whatever the flavour.
+func WithHeaders(f headers.Flavor) Option { return func(s *settings) { s.flavor = f } }
+
+// WithFailClosedRetryAfter sets when a request rejected by a fail-closed
+// rule whose store failed should be retried (default 1 s): HTTP's
+// Retry-After on the 503, gRPC's RetryInfo on the UNAVAILABLE.
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return func(s *settings) { s.failRetryAfter = d }
+}
+
+func newEngine(store tollgate.Store, s settings) *engine {
+	e := &engine{store: store, timeout: s.timeout, metrics: s.metrics, logger: s.logger, now: s.now}
+	e.failLog.Every = s.logEvery
+	if e.timeout > 0 {
+		e.deadlines = guard.NewDeadlines(e.timeout)
+	}
+	return e
+}
+
+// rule is a prepared rule: its name, failure mode and dry-run flag, bound to
+// an engine and to its metrics. Made once per rule at start and shared.
+type rule struct {
+	e      *engine
+	name   string
+	mode   FailureMode
+	dryRun bool
+	m      ruleMetrics
+}
+
+// rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
+// without ':' (it namespaces keys and labels metrics).
+func (e *engine) rule(name string, mode FailureMode, dryRun bool) (*rule, error) {
+	if err := checkName("rule", name); err != nil {
+		return nil, err
+	}
+	if mode > FailClosed {
+		return nil, fmt.Errorf("rule %q: unknown failure mode %d", name, mode)
+	}
+	if mode == FailDefault {
+		mode = FailOpen // the default of Rules
+	}
+	r := &rule{e: e, name: name, mode: mode, dryRun: dryRun}
+	if e.metrics != nil {
+		r.m = e.metrics.forRule(name)
+	}
+	return r, nil
+}
+
+// checkName reports whether name is usable as a rule or policy name: 1 to 64
+// printable ASCII characters without ':' or '"'. what names it in the error.
+func checkName(what, name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("a %s name must be 1 to 64 characters, got %q", what, name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x21 || c > 0x7e || c == ':' || c == '"' || c == '\\' {
+			return fmt.Errorf("%s name %q: only printable ASCII without spaces, ':', '\"' or '\\'", what, name)
+		}
+	}
+	return nil
+}
+
+// checkPolicies reports whether policies can be used together in one rule:
+// valid names and limits, and no two sharing an algorithm and a period, which
+// would make them share one counter for a key.
+func checkPolicies(policies []Policy) error {
+	if len(policies) == 0 {
+		return errors.New("a rule needs at least one policy")
+	}
+	for i, p := range policies {
+		if err := checkName("policy", p.Name); err != nil {
+			return err
+		}
+		if err := p.Limit.Validate(); err != nil {
+			return fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		for _, q := range policies[:i] {
+			if q.Name == p.Name {
+				return fmt.Errorf("two policies named %q", p.Name)
+			}
+			if q.Limit.Algorithm == p.Limit.Algorithm && q.Limit.Period == p.Limit.Period {
+				return fmt.Errorf("policies %q and %q are both %s per %v: they would share one counter; give them different periods or algorithms", q.Name, p.Name, p.Limit.Algorithm, p.Limit.Period)
+			}
+		}
+	}
+	return nil
+}
+
+// decide decides the request identified by key under policies, spending
+// cost (at least 1) on each policy that admits it, in order, and stopping at
+// the first that denies. It appends one headers.Decision per policy that
+// answered to dst (marked DryRun for a dry-run rule) and returns it with the
+// verdict.
+func (r *rule) decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
+	e := r.e
+	if e.deadlines != nil {
+		ctx = e.deadlines.Bound(ctx)
+	}
+	v := Verdict{Outcome: Allowed, Rule: r.name}
+	first := len(dst)
+	for _, p := range policies {
+		var start time.Time
+		if r.m.latency != nil {
+			start = time.Now()
+		}
+		res, err := e.store.AllowN(ctx, key, p.Limit, cost)
+		if r.m.latency != nil {
+			r.m.latency.Observe(time.Since(start).Seconds())
+		}
+		if err != nil {
+			if errors.Is(err, tollgate.ErrCostExceedsBurst) {
+				// Not a failure: this request can never pass.
+				v = Verdict{Outcome: Denied, Rule: r.name, Policy: p.Name, Result: res, Err: err}
+				if r.dryRun {
+					v.Outcome = DryRunDenied
+				}
+				break
+			}
+			return r.fail(ctx, p.Name, err), dst
+		}
+		dst = append(dst, headers.Decision{Policy: p.Name, Result: res, DryRun: r.dryRun})
+		if res.Allowed {
+			v.Delay = max(v.Delay, res.Delay)
+			continue
+		}
+		v.Outcome = Denied
+		if r.dryRun {
+			v.Outcome = DryRunDenied
+		}
+		break
+	}
+	if v.Err == nil {
+		if b := first + bindingAmong(dst[first:]); b >= first {
+			v.Policy, v.Result = dst[b].Policy, dst[b].Result
+		}
+	}
+	if v.Outcome == DryRunDenied {
+		v.Delay = 0 // a dry run does not shape either
+	}
+	r.count(v.Outcome)
+	return v, dst
+}
+
+// bindingAmong is headers.Binding, treating dry-run decisions as binding
+// (a dry-run rule reports its own would-be verdict).
+func bindingAmong(ds []headers.Decision) int {
+	if len(ds) == 0 {
+		return -1
+	}
+	if !ds[0].DryRun {
+		return headers.Binding(ds)
+	}
+	var buf [8]headers.Decision
+	tmp := append(buf[:0], ds...)
+	for i := range tmp {
+		tmp[i].DryRun = false
+	}
+	return headers.Binding(tmp)
+}
+
+func (r *rule) fail(ctx context.Context, policy string, err error) Verdict {
+	v := Verdict{Outcome: FailedOpen, Rule: r.name, Policy: policy, Err: err}
+	if r.mode == FailClosed && !r.dryRun {
+		v.Outcome = FailedClosed
+	}
+	if r.m.errors != nil {
+		r.m.errors.Inc()
+	}
+	r.count(v.Outcome)
+	r.e.logFailure(ctx, r, policy, v.Outcome, err)
+	return v
+}
+
+func (r *rule) count(o Outcome) {
+	if c := r.m.decisions[o]; c != nil {
+		c.Inc()
+	}
+}
+
+// logFailure logs a store failure unless one was logged less than the log
+// interval ago; the next record reports how many were left out.
+// The key is not logged: it may be an API key.
+func (e *engine) logFailure(ctx context.Context, r *rule, policy string, o Outcome, err error) {
+	ok, skipped := e.failLog.Allow(e.now())
+	if !ok {
+		return
+	}
+
+	msg := "tollgate: store failed; request let through (fail-open)"
+	if o == FailedClosed {
+		msg = "tollgate: store failed; request rejected (fail-closed)"
+	}
+	// WithoutCancel: the record must not be dropped by a handler that
+	// checks the (probably expired) request context.
+	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, msg,
+		slog.String("rule", r.name),
+		slog.String("policy", policy),
+		slog.String("outcome", o.String()),
+		slog.String("error", err.Error()),
+		guard.Skipped(skipped),
+	)
+}

@@ -1,0 +1,315 @@
+package ruleset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/storekey"
+)
+
+// Spec is one rule as a transport hands it to NewRules, over requests of
+// type Req (whatever the transport needs to see a request: an
+// *http.Request, a gRPC context and method). The transport supplies the
+// matching (Applies) and the key sources; Rules does the rest.
+type Spec[Req any] struct {
+	// Name identifies the rule in store keys, metrics and logs.
+	Name string
+	// Applies, if set, must return true for the rule to apply.
+	Applies func(Req) bool
+	// Key says whom a request is counted against; the zero Key is the
+	// default key given to NewRules.
+	Key Key[Req]
+	// Policies are the limits, checked in order.
+	Policies []Policy
+	// PoliciesFunc, if set, picks the policies per request instead; nil
+	// or empty means the rule does not apply.
+	PoliciesFunc func(Req) []Policy
+	// Cost, if set, says what a request spends (default 1); below 1 the
+	// rule does not count it.
+	Cost func(Req) int
+	// FailureMode: FailOpen or FailClosed; FailDefault fails open.
+	FailureMode FailureMode
+	// DryRun rules report but never block.
+	DryRun bool
+}
+
+// Rules is an ordered list of prepared rules over requests of type Req:
+// the decision loop every transport shares. Make it with NewRules at start;
+// it is safe for concurrent use.
+type Rules[Req any] struct {
+	rules []prepared[Req]
+	set   settings
+	pkg   string // starts error messages
+}
+
+type prepared[Req any] struct {
+	applies      func(Req) bool
+	key          Key[Req]
+	prefix       string // "<rule>:<kind>:"
+	policies     []Policy
+	policiesFunc func(Req) []Policy
+	cost         func(Req) int
+	r            *rule
+}
+
+// NewRules prepares specs against store with opts: it checks every rule
+// and every static policy and returns the first problem, its message
+// starting with pkg. Metrics registered through WithRegistry are named
+// tollgate_<subsystem>_…; a Spec's zero Key means def.
+func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req], specs []Spec[Req], opts ...Option) (*Rules[Req], error) {
+	if store == nil {
+		return nil, errors.New(pkg + ": nil store")
+	}
+	set := newSettings(opts)
+	if set.metrics == nil && set.registry != nil {
+		m, err := NewMetrics(set.registry, subsystem)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", pkg, err)
+		}
+		set.metrics = m
+	}
+	engine := newEngine(store, set)
+	rs := &Rules[Req]{set: set, pkg: pkg}
+	seen := map[string]bool{}
+	for _, s := range specs {
+		p, err := prepare(engine, def, s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", pkg, err)
+		}
+		if seen[s.Name] {
+			return nil, fmt.Errorf("%s: two rules named %q", pkg, s.Name)
+		}
+		seen[s.Name] = true
+		rs.rules = append(rs.rules, p)
+	}
+	return rs, nil
+}
+
+func prepare[Req any](engine *engine, def Key[Req], s Spec[Req]) (prepared[Req], error) {
+	r, err := engine.rule(s.Name, s.FailureMode, s.DryRun)
+	if err != nil {
+		return prepared[Req]{}, err
+	}
+	key := s.Key.orDefault(def)
+	if err := key.check(); err != nil {
+		return prepared[Req]{}, fmt.Errorf("rule %q: %w", s.Name, err)
+	}
+	if s.PoliciesFunc == nil {
+		if err := checkPolicies(s.Policies); err != nil {
+			return prepared[Req]{}, fmt.Errorf("rule %q: %w", s.Name, err)
+		}
+	} else if len(s.Policies) > 0 {
+		return prepared[Req]{}, fmt.Errorf("rule %q: set Policies or PoliciesFunc, not both", s.Name)
+	}
+	return prepared[Req]{
+		applies: s.Applies, key: key, prefix: s.Name + ":" + key.kindName() + ":",
+		policies: s.Policies, policiesFunc: s.PoliciesFunc, cost: s.Cost, r: r,
+	}, nil
+}
+
+// Decide applies every rule that matches req, in order, appending their
+// decisions to dst. It stops at the first verdict that blocks and returns
+// it (its Rule names the rule); otherwise it returns an Allowed verdict
+// whose Delay is the longest shaping delay of the rules.
+func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision) (Verdict, []headers.Decision) {
+	var (
+		keyBuf [160]byte
+		delay  time.Duration
+	)
+	for i := range rs.rules {
+		p := &rs.rules[i]
+		if p.applies != nil && !p.applies(req) {
+			continue
+		}
+		policies := p.policies
+		if p.policiesFunc != nil {
+			if policies = p.policiesFunc(req); len(policies) == 0 {
+				continue
+			}
+		}
+		cost := 1
+		if p.cost != nil {
+			if cost = p.cost(req); cost < 1 {
+				continue
+			}
+		}
+		b := append(keyBuf[:0], p.prefix...)
+		b, ok := p.key.appendValue(b, req)
+		if !ok {
+			continue
+		}
+		var v Verdict
+		v, dst = p.r.decide(ctx, storekey.String(b, len(p.prefix)), policies, cost, dst)
+		if v.Outcome.Blocks() {
+			return v, dst
+		}
+		delay = max(delay, v.Delay)
+	}
+	return Verdict{Outcome: Allowed, Delay: delay}, dst
+}
+
+// Flavor is the header flavours set with WithHeaders (default
+// headers.Draft).
+func (rs *Rules[Req]) Flavor() headers.Flavor { return rs.set.flavor }
+
+// FailClosedRetryAfter is when a client turned away by a fail-closed rule
+// should come back (WithFailClosedRetryAfter, default 1 s).
+func (rs *Rules[Req]) FailClosedRetryAfter() time.Duration { return rs.set.failRetryAfter }
+
+// Now reads the clock set with WithClock (default time.Now).
+func (rs *Rules[Req]) Now() time.Time { return rs.set.now() }
+
+// Key says whom a rule counts a request of type Req against. Transports
+// make their keys from ValueKey, FuncKey, GlobalKey and CompositeKey, so
+// every key is namespaced, composed and hashed the same way: the store key
+// is "<rule>:<kind>:<value>", a composite's value is its parts each
+// prefixed by its length and ':' (appendPart), and a value too long for a
+// store is replaced by its SHA-256 (see internal/storekey).
+type Key[Req any] struct {
+	kind  string
+	user  bool // kind chosen by the user: checked
+	value func(dst []byte, req Req) ([]byte, bool)
+	parts []Key[Req]
+	err   error
+}
+
+// ValueKey keys requests by what value appends to dst; kind names it in
+// store keys and is the transport's own ("ip", "header=X-Api-Key"). When
+// value returns false the request is not counted by the rule.
+func ValueKey[Req any](kind string, value func(dst []byte, req Req) ([]byte, bool)) Key[Req] {
+	return Key[Req]{kind: kind, value: value}
+}
+
+// FuncKey keys requests by what f returns: the authenticated user, the
+// tenant. kind, chosen by the user, names it in store keys: 1 to 32
+// characters without ':', '+', '=', spaces or quotes, so that it cannot
+// collide with a transport's kinds. When f returns false the request is
+// not counted.
+func FuncKey[Req any](kind string, f func(Req) (string, bool)) Key[Req] {
+	k := Key[Req]{kind: kind, user: true}
+	if f == nil {
+		k.err = fmt.Errorf("key %q has no function", kind)
+		return k
+	}
+	k.value = func(dst []byte, req Req) ([]byte, bool) {
+		v, ok := f(req)
+		return append(dst, v...), ok
+	}
+	return k
+}
+
+// GlobalKey counts every request a rule matches against one key.
+func GlobalKey[Req any]() Key[Req] {
+	return Key[Req]{kind: "all", value: func(dst []byte, _ Req) ([]byte, bool) { return dst, true }}
+}
+
+// CompositeKey keys requests by all of parts together; a request missing
+// any part is not counted. Parts do not nest.
+func CompositeKey[Req any](parts ...Key[Req]) Key[Req] {
+	return Key[Req]{parts: parts}
+}
+
+// BadKey is a key that makes NewRules fail with err: for a transport's key
+// constructor given an unusable argument.
+func BadKey[Req any](err error) Key[Req] { return Key[Req]{err: err} }
+
+func (k Key[Req]) isZero() bool { return k.kind == "" && k.parts == nil && k.err == nil }
+
+func (k Key[Req]) orDefault(def Key[Req]) Key[Req] {
+	if k.isZero() {
+		return def
+	}
+	if k.parts != nil {
+		parts := make([]Key[Req], len(k.parts))
+		for i, p := range k.parts {
+			parts[i] = p.orDefault(def)
+		}
+		k.parts = parts
+	}
+	return k
+}
+
+func (k *Key[Req]) kindName() string {
+	if k.parts == nil {
+		return k.kind
+	}
+	names := make([]string, len(k.parts))
+	for i := range k.parts {
+		names[i] = k.parts[i].kindName()
+	}
+	return strings.Join(names, "+")
+}
+
+func (k *Key[Req]) check() error {
+	switch {
+	case k.err != nil:
+		return k.err
+	case k.parts != nil:
+		if len(k.parts) < 2 {
+			return errors.New("a composite key needs at least two parts")
+		}
+		for i := range k.parts {
+			if k.parts[i].parts != nil {
+				return errors.New("composite keys do not nest")
+			}
+			if err := k.parts[i].check(); err != nil {
+				return err
+			}
+		}
+	case k.user:
+		if k.kind == "" || len(k.kind) > 32 || strings.ContainsAny(k.kind, ":+= \t\"") {
+			return fmt.Errorf("key kind %q: want 1 to 32 characters without ':', '+', '=', spaces or quotes", k.kind)
+		}
+	case k.value == nil:
+		return fmt.Errorf("key %q has no value", k.kind)
+	}
+	return nil
+}
+
+// appendValue appends the key's value for req to dst; false when req has
+// none.
+func (k *Key[Req]) appendValue(dst []byte, req Req) ([]byte, bool) {
+	if k.parts == nil {
+		return k.value(dst, req)
+	}
+	for i := range k.parts {
+		start := len(dst)
+		var ok bool
+		if dst, ok = k.parts[i].appendValue(dst, req); !ok {
+			return dst, false
+		}
+		dst = appendPart(dst, start)
+	}
+	return dst, true
+}
+
+// Sleep waits d, the shaping delay of an admitted request, or until ctx
+// ends. It gives up at once when ctx's deadline is sooner than d: the
+// request cannot make it, so it should not wait. Its errors wrap
+// context.DeadlineExceeded or ctx's error (and its cause, if another).
+func (rs *Rules[Req]) Sleep(ctx context.Context, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return fmt.Errorf("%s: shaping delay %v exceeds the request deadline: %w", rs.pkg, d, context.DeadlineExceeded)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		if err, cause := ctx.Err(), context.Cause(ctx); cause != err {
+			return fmt.Errorf("%s: request ended during its shaping delay: %w: %w", rs.pkg, err, cause)
+		}
+		return fmt.Errorf("%s: request ended during its shaping delay: %w", rs.pkg, ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+// ClientIP is the resolver set with WithClientIP (default: the peer
+// address).
+func (rs *Rules[Req]) ClientIP() *clientip.Resolver { return rs.set.ips }

@@ -1,0 +1,149 @@
+package ruleset_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+type ctxKey struct{}
+
+// TestSharedDeadline: the engine bounds decisions with its timeout through
+// internal/guard (tested there), keeping a sooner deadline of the request.
+func TestSharedDeadline(t *testing.T) {
+	t.Parallel()
+	e := ruleset.New(memorystore.New(), ruleset.WithTimeout(80*time.Millisecond))
+	parent := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+	start := time.Now()
+	ctx := e.Bound(parent)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		t.Fatal("no deadline")
+	}
+	// 81 ms at most, and slack for a loaded machine.
+	if left := dl.Sub(start); left < 80*time.Millisecond || left > 90*time.Millisecond {
+		t.Errorf("deadline %v after the start, want between 80ms and 81ms", left)
+	}
+	if got := ctx.Value(ctxKey{}); got != "trace-1" {
+		t.Errorf("request value lost: %v", got)
+	}
+	// A request whose own deadline is sooner keeps its context.
+	soon, cancel := context.WithTimeout(parent, time.Millisecond)
+	defer cancel()
+	if got := e.Bound(soon); got != soon {
+		t.Error("a sooner request deadline was replaced")
+	}
+}
+
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.recs = append(r.recs, rec.Clone())
+	r.mu.Unlock()
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+// Failures are logged at most once per interval; the next record says how
+// many were left out.
+func TestFailureLogRateLimited(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewServer(t)
+	client := srv.Client(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &records{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := ruleset.New(redisstore.New(client), ruleset.WithLogger(slog.New(logs)), ruleset.WithLogInterval(10*time.Second))
+	e.SetNow(func() time.Time { return now })
+	r, err := e.Rule("api", ruleset.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []ruleset.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
+	for i := 0; i < 5; i++ {
+		v, ds := r.Decide(context.Background(), "api:ip:192.0.2.1", policies, 1, nil)
+		if v.Outcome != ruleset.FailedOpen || v.Err == nil || len(ds) != 0 {
+			t.Fatalf("Redis down: %+v, %d decisions; want fail_open with the error", v, len(ds))
+		}
+	}
+	now = now.Add(11 * time.Second)
+	r.Decide(context.Background(), "api:ip:192.0.2.1", policies, 1, nil)
+	if len(logs.recs) != 2 {
+		t.Fatalf("%d records, want 2", len(logs.recs))
+	}
+	var suppressed int64 = -1
+	logs.recs[1].Attrs(func(a slog.Attr) bool {
+		if a.Key == "similar_events_not_logged" {
+			suppressed = a.Value.Int64()
+		}
+		return true
+	})
+	if suppressed != 4 {
+		t.Errorf("second record says %d suppressed, want 4", suppressed)
+	}
+}
+
+func TestCheckPolicies(t *testing.T) {
+	t.Parallel()
+	ok := tollgate.PerSecond(1)
+	for _, ps := range [][]ruleset.Policy{
+		nil,
+		{{Name: "", Limit: ok}},
+		{{Name: "a b", Limit: ok}},
+		{{Name: "a", Limit: ok}, {Name: "a", Limit: tollgate.PerDay(1)}},
+		{{Name: "a", Limit: ok}, {Name: "b", Limit: tollgate.PerSecond(9)}},
+		{{Name: "a", Limit: tollgate.Limit{Rate: 1}}},
+	} {
+		if err := ruleset.CheckPolicies(ps); err == nil {
+			t.Errorf("CheckPolicies(%+v) accepted it", ps)
+		}
+	}
+	if err := ruleset.CheckPolicies([]ruleset.Policy{{Name: "burst", Limit: ok}, {Name: "daily", Limit: tollgate.PerDay(1000)}}); err != nil {
+		t.Errorf("a valid pair: %v", err)
+	}
+}
+
+// TestRuleFailureMode: the zero value, FailDefault, fails open in an
+// Engine; an unknown mode is refused.
+func TestRuleFailureMode(t *testing.T) {
+	t.Parallel()
+	e := ruleset.New(memorystore.New())
+	tests := []struct {
+		in      ruleset.FailureMode
+		want    ruleset.FailureMode
+		wantErr bool
+	}{
+		{in: ruleset.FailDefault, want: ruleset.FailOpen},
+		{in: ruleset.FailOpen, want: ruleset.FailOpen},
+		{in: ruleset.FailClosed, want: ruleset.FailClosed},
+		{in: ruleset.FailClosed + 1, wantErr: true},
+	}
+	for _, tc := range tests {
+		r, err := e.Rule("r", tc.in, false)
+		if got, want := err != nil, tc.wantErr; got != want {
+			t.Errorf("Rule(%v): error %v, want an error: %v", tc.in, err, want)
+			continue
+		}
+		if err == nil {
+			if got, want := r.FailureMode(), tc.want; got != want {
+				t.Errorf("Rule(%v).FailureMode() = %v, want %v", tc.in, got, want)
+			}
+		}
+	}
+}
