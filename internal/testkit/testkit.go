@@ -1,7 +1,9 @@
 // Package testkit holds what tollgate's tests share: a settable Clock, so
 // that a test decides at fixed instants t0, t0+d, … and never sleeps, and
 // KeyPrefix, which gives each test its own Redis keys, so that tests share
-// one redis-server without flushing it or reading each other's counters.
+// one redis-server without flushing it or reading each other's counters;
+// and ConfigMap, a rules directory updated as Kubernetes updates a mounted
+// ConfigMap, for tests of reloading.
 //
 // It is for tests only; nothing outside _test.go files imports it.
 package testkit

@@ -1,6 +1,8 @@
 package testkit_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -86,4 +88,39 @@ func TestKeyPrefix(t *testing.T) {
 			t.Errorf("KeyPrefix = %q: want no braces, spaces or slashes and a name of at most 40 bytes", got)
 		}
 	})
+}
+
+// TestConfigMap reads the files of a ConfigMap through its links after
+// each update, and wants only the newest data left on disk.
+func TestConfigMap(t *testing.T) {
+	t.Parallel()
+	cm := &testkit.ConfigMap{Dir: t.TempDir()}
+	for _, v := range []string{"one", "two", "three"} {
+		cm.Update(t, map[string]string{"rules.yaml": v, "sub/more.yaml": v + "!"})
+		for name, want := range map[string]string{"rules.yaml": v, "sub/more.yaml": v + "!"} {
+			b, err := os.ReadFile(filepath.Join(cm.Dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(b); got != want {
+				t.Errorf("after update %q: %s = %q, want %q", v, name, got, want)
+			}
+		}
+		if fi, err := os.Lstat(filepath.Join(cm.Dir, "rules.yaml")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("rules.yaml: %v, %v; want a symlink through ..data", fi, err)
+		}
+	}
+	entries, err := os.ReadDir(cm.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs int
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "..2026") {
+			dirs++
+		}
+	}
+	if got, want := dirs, 1; got != want {
+		t.Errorf("%d data directories left, want %d", got, want)
+	}
 }
