@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -142,24 +143,6 @@ func TestWithTimeout(t *testing.T) {
 	}
 }
 
-// settableClock is a clock the test moves.
-type settableClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *settableClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *settableClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 // callerKey carries a caller's number in its context, for slotRecorder.
 type callerKey struct{}
 
@@ -207,7 +190,7 @@ func TestWaitShapingUnderOverload(t *testing.T) {
 		deadline = 50 * time.Millisecond
 	)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := &settableClock{t: t0}
+	clock := testkit.NewClock(t0)
 	rec := &slotRecorder{
 		Store:    memorystore.New(memorystore.WithClock(clock.Now)),
 		now:      clock.Now,

@@ -328,109 +328,133 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 			b.errorf(d, "more than the limit of %d descriptors", b.limits.MaxDescriptors)
 			return
 		}
-		if d.Kind != yaml.MappingNode {
-			b.errorf(d, "a descriptor must be a mapping with a key, found %s", kindName(d))
+		e, ok := b.descriptor(d)
+		if !ok {
 			continue
 		}
-		var (
-			key, value                                    string
-			keyNode, valueNode, rl, children              *yaml.Node
-			shadow, quota, detailed, toMetric, shareThres bool
-			shareNode                                     *yaml.Node
-			keyOK                                         = true
-		)
-		b.mapping(d, descriptorKeys, func(k string, kn, v *yaml.Node) {
-			switch k {
-			case "key":
-				key, keyOK = b.str(v)
-				keyNode = v
-			case "value":
-				value, _ = b.str(v)
-				valueNode = v
-			case "rate_limit":
-				rl = v
-			case "descriptors":
-				children = v
-			case "shadow_mode":
-				shadow = b.boolean(v)
-			case "quota_mode":
-				quota = b.boolean(v)
-			case "detailed_metric":
-				detailed = b.boolean(v)
-			case "value_to_metric":
-				toMetric = b.boolean(v)
-			case "share_threshold":
-				shareThres = b.boolean(v)
-				shareNode = v
-			case "metadata":
-				// Accepted for compatibility: envoyproxy/ratelimit returns it
-				// as dynamic metadata when so configured; tollgate does not.
-			}
-		})
-		if key == "" {
-			if !keyOK {
-				continue // already reported
-			}
-			if keyNode == nil {
-				keyNode = d
-			}
-			b.errorf(keyNode, "descriptor has no key (or an empty one)")
-			continue
+		step := e.key
+		if e.value != "" {
+			step += "_" + e.value
 		}
-		step := key
-		if value != "" {
-			step += "_" + value
-		}
-		if line, dup := seen[kv{key, value}]; dup {
-			at := keyNode
-			if valueNode != nil {
-				at = valueNode
+		if line, dup := seen[kv{e.key, e.value}]; dup {
+			at := e.keyNode
+			if e.valueNode != nil {
+				at = e.valueNode
 			}
 			b.errorf(at, "duplicate descriptor %s.%s (first at line %d)", id, step, line)
 			continue
 		}
-		seen[kv{key, value}] = keyNode.Line
+		seen[kv{e.key, e.value}] = e.keyNode.Line
+		childPath := append(slices.Clip(path), b.level(&e, id, step))
+		b.addDescriptor(parent, &e, domain, id+"."+step, childPath)
+	}
+}
 
-		lv := level{step: step, valueToMetric: toMetric && value == ""}
-		wild := strings.Contains(value, "*")
-		if shareThres {
-			if !wild {
-				b.errorf(shareNode, "share_threshold needs a wildcard value (containing '*'), but %s.%s has none", id, step)
-			} else {
-				lv.shared = value
-			}
+// descriptor is one entry of a descriptors list, as written.
+type descriptor struct {
+	key, value                                         string
+	keyNode, valueNode, rateLimit, children, shareNode *yaml.Node
+	shadow, quota, detailed, toMetric, shareThreshold  bool
+}
+
+// descriptor reads the descriptor d. It reports false, having reported
+// why, when d is not a mapping or has no key.
+func (b *builder) descriptor(d *yaml.Node) (descriptor, bool) {
+	var e descriptor
+	if d.Kind != yaml.MappingNode {
+		b.errorf(d, "a descriptor must be a mapping with a key, found %s", kindName(d))
+		return e, false
+	}
+	keyOK := true
+	b.mapping(d, descriptorKeys, func(k string, kn, v *yaml.Node) {
+		switch k {
+		case "key":
+			e.key, keyOK = b.str(v)
+			e.keyNode = v
+		case "value":
+			e.value, _ = b.str(v)
+			e.valueNode = v
+		case "rate_limit":
+			e.rateLimit = v
+		case "descriptors":
+			e.children = v
+		case "shadow_mode":
+			e.shadow = b.boolean(v)
+		case "quota_mode":
+			e.quota = b.boolean(v)
+		case "detailed_metric":
+			e.detailed = b.boolean(v)
+		case "value_to_metric":
+			e.toMetric = b.boolean(v)
+		case "share_threshold":
+			e.shareThreshold = b.boolean(v)
+			e.shareNode = v
+		case "metadata":
+			// Accepted for compatibility: envoyproxy/ratelimit returns it
+			// as dynamic metadata when so configured; tollgate does not.
 		}
-		if wild && toMetric {
-			// value_to_metric on a wildcard shows the request's value
-			// (unless the counter is shared, when the pattern shows).
-			lv.valueToMetric = !shareThres
+	})
+	if e.key == "" {
+		if !keyOK {
+			return e, false // already reported
 		}
-		n := &node{}
-		if value == "" {
-			if parent.bare == nil {
-				parent.bare = map[string]*node{}
-			}
-			parent.bare[key] = n
+		at := e.keyNode
+		if at == nil {
+			at = d
+		}
+		b.errorf(at, "descriptor has no key (or an empty one)")
+		return e, false
+	}
+	return e, true
+}
+
+// level is the step e adds to the path of the descriptors under it (and
+// of its own rule), id.step in messages.
+func (b *builder) level(e *descriptor, id, step string) level {
+	lv := level{step: step, valueToMetric: e.toMetric && e.value == ""}
+	wild := strings.Contains(e.value, "*")
+	if e.shareThreshold {
+		if !wild {
+			b.errorf(e.shareNode, "share_threshold needs a wildcard value (containing '*'), but %s.%s has none", id, step)
 		} else {
-			if parent.exact == nil {
-				parent.exact = map[kv]*node{}
-			}
-			parent.exact[kv{key, value}] = n
-			if wild {
-				parent.wild = append(parent.wild, wildcard{key: key, parts: strings.Split(value, "*"), node: n})
-			}
+			lv.shared = e.value
 		}
-		childPath := append(slices.Clip(path), lv)
-		if rl != nil {
-			n.rule = b.rateLimit(rl, domain, id+"."+step, childPath)
-			if n.rule != nil {
-				n.rule.ShadowMode, n.rule.QuotaMode, n.rule.DetailedMetric = shadow, quota, detailed
-				n.rule.Line = keyNode.Line
-			}
+	}
+	if wild && e.toMetric {
+		// value_to_metric on a wildcard shows the request's value
+		// (unless the counter is shared, when the pattern shows).
+		lv.valueToMetric = !e.shareThreshold
+	}
+	return lv
+}
+
+// addDescriptor adds the node of e under parent, with e's rule, and the
+// descriptors nested in e under that node; id names e, path leads to it.
+func (b *builder) addDescriptor(parent *node, e *descriptor, domain, id string, path []level) {
+	n := &node{}
+	if e.value == "" {
+		if parent.bare == nil {
+			parent.bare = map[string]*node{}
 		}
-		if children != nil {
-			b.descriptors(n, children, domain, id+"."+step, childPath)
+		parent.bare[e.key] = n
+	} else {
+		if parent.exact == nil {
+			parent.exact = map[kv]*node{}
 		}
+		parent.exact[kv{e.key, e.value}] = n
+		if strings.Contains(e.value, "*") {
+			parent.wild = append(parent.wild, wildcard{key: e.key, parts: strings.Split(e.value, "*"), node: n})
+		}
+	}
+	if e.rateLimit != nil {
+		n.rule = b.rateLimit(e.rateLimit, domain, id, path)
+		if n.rule != nil {
+			n.rule.ShadowMode, n.rule.QuotaMode, n.rule.DetailedMetric = e.shadow, e.quota, e.detailed
+			n.rule.Line = e.keyNode.Line
+		}
+	}
+	if e.children != nil {
+		b.descriptors(n, e.children, domain, id, path)
 	}
 }
 
@@ -444,25 +468,50 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 	}
 	nerr := len(b.errs)
 	r := &Rule{Domain: domain, ID: id, File: b.name, Cost: 1, FailureMode: b.failMode, depth: len(path)}
-	var unitNode, rpuNode, algNode, burstNode, costNode, replNode *yaml.Node
-	var burst int
-	alg := tollgate.FixedWindow
+	f := b.rateLimitFields(m, r)
+	if f.replNode != nil {
+		r.Replaces = b.replaces(f.replNode, r.Name)
+	}
+	b.checkUnlimited(m, r, &f)
+	if !r.Unlimited {
+		r.Limit = tollgate.Limit{Algorithm: f.alg, Rate: int(r.RequestsPerUnit), Period: r.Unit.Duration()}
+	}
+	// An unlimited rule never reaches the store, and one of
+	// requests_per_unit 0 denies without asking it: no limit to check.
+	if len(b.errs) == nerr && !r.Unlimited && r.RequestsPerUnit != 0 {
+		b.checkLimit(m, r, &f)
+	}
+	b.finishRule(r, path)
+	if len(b.errs) > nerr {
+		return nil
+	}
+	return r
+}
+
+// rateLimitFields is what a rate_limit mapping says beyond the fields of
+// its Rule: the nodes of its keys (for messages), the algorithm and burst.
+type rateLimitFields struct {
+	unitNode, rpuNode, algNode, burstNode, costNode, replNode *yaml.Node
+	alg                                                       tollgate.Algorithm
+	burst                                                     int
+}
+
+// rateLimitFields reads the rate_limit mapping m into r and the fields
+// returned.
+func (b *builder) rateLimitFields(m *yaml.Node, r *Rule) rateLimitFields {
+	f := rateLimitFields{alg: tollgate.FixedWindow}
 	if b.alg != nil {
-		alg = *b.alg
+		f.alg = *b.alg
 	}
 	b.mapping(m, rateLimitKeys, func(k string, kn, v *yaml.Node) {
 		switch k {
 		case "unit":
-			unitNode = kn
-			if s, ok := b.str(v); ok {
-				u, err := ParseUnit(s)
-				if err != nil {
-					b.errorf(v, "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", s)
-				}
+			f.unitNode = kn
+			if u, ok := b.unit(v); ok {
 				r.Unit = u
 			}
 		case "requests_per_unit":
-			rpuNode = kn
+			f.rpuNode = kn
 			if x, ok := b.uint(v, 1<<32-1); ok {
 				r.RequestsPerUnit = uint32(x)
 			}
@@ -471,89 +520,111 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 		case "name":
 			r.Name, _ = b.str(v)
 		case "replaces":
-			replNode = v
+			f.replNode = v
 		case "algorithm":
-			algNode = kn
-			if s, ok := b.str(v); ok {
-				a, err := tollgate.ParseAlgorithm(s)
-				if err != nil {
-					b.errorf(v, "unknown algorithm %q (want one of token_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, leaky_bucket)", s)
-				}
-				alg = a
+			f.algNode = kn
+			if a, ok := b.algorithm(v); ok {
+				f.alg = a
 			}
 		case "burst":
-			burstNode = kn
-			if x, ok := b.uint(v, 1<<53); ok {
-				if x == 0 {
-					b.errorf(v, "burst must be at least 1")
-				}
-				burst = int(x)
+			f.burstNode = kn
+			if x, ok := b.atLeastOne(v, "burst"); ok {
+				f.burst = x
 			}
 		case "failure_mode":
 			r.FailureMode = b.failureMode(v)
 		case "cost":
-			costNode = v
-			if x, ok := b.uint(v, 1<<53); ok {
-				if x == 0 {
-					b.errorf(v, "cost must be at least 1")
-				}
-				r.Cost = int(x)
+			f.costNode = v
+			if x, ok := b.atLeastOne(v, "cost"); ok {
+				r.Cost = x
 			}
 		}
 	})
-	if replNode != nil {
-		r.Replaces = b.replaces(replNode, r.Name)
+	return f
+}
+
+// unit reads a rate limit unit; it reports false when v is no string.
+func (b *builder) unit(v *yaml.Node) (Unit, bool) {
+	s, ok := b.str(v)
+	if !ok {
+		return 0, false
 	}
+	u, err := ParseUnit(s)
+	if err != nil {
+		b.errorf(v, "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", s)
+	}
+	return u, true
+}
+
+// algorithm reads an algorithm's name; it reports false when v is no
+// string.
+func (b *builder) algorithm(v *yaml.Node) (tollgate.Algorithm, bool) {
+	s, ok := b.str(v)
+	if !ok {
+		return 0, false
+	}
+	a, err := tollgate.ParseAlgorithm(s)
+	if err != nil {
+		b.errorf(v, "unknown algorithm %q (want one of token_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, leaky_bucket)", s)
+	}
+	return a, true
+}
+
+// atLeastOne reads a count of at least 1 (what names it in messages); it
+// reports false when v is no number in range.
+func (b *builder) atLeastOne(v *yaml.Node, what string) (int, bool) {
+	x, ok := b.uint(v, 1<<53)
+	if !ok {
+		return 0, false
+	}
+	if x == 0 {
+		b.errorf(v, "%s must be at least 1", what)
+	}
+	return int(x), true
+}
+
+// checkUnlimited checks that an unlimited rate_limit m has no unit,
+// algorithm, burst or cost, and that any other has a unit and
+// requests_per_unit.
+func (b *builder) checkUnlimited(m *yaml.Node, r *Rule, f *rateLimitFields) {
 	if r.Unlimited {
-		if unitNode != nil {
-			b.errorf(unitNode, "should not specify rate limit unit when unlimited")
+		if f.unitNode != nil {
+			b.errorf(f.unitNode, "should not specify rate limit unit when unlimited")
 		}
-		for _, n := range []*yaml.Node{algNode, burstNode, costNode} {
+		for _, n := range []*yaml.Node{f.algNode, f.burstNode, f.costNode} {
 			if n != nil {
 				b.errorf(n, "an unlimited rate_limit takes no algorithm, burst or cost")
 			}
 		}
-	} else {
-		if unitNode == nil {
-			b.errorf(m, "rate_limit needs a unit (second, minute, hour, day, week, month or year), or unlimited: true")
-		}
-		if rpuNode == nil {
-			b.errorf(m, "rate_limit needs requests_per_unit (0 denies every request)")
-		}
+		return
 	}
-	if !r.Unlimited {
-		r.Limit = tollgate.Limit{Algorithm: alg, Rate: int(r.RequestsPerUnit), Period: r.Unit.Duration()}
+	if f.unitNode == nil {
+		b.errorf(m, "rate_limit needs a unit (second, minute, hour, day, week, month or year), or unlimited: true")
 	}
-	if len(b.errs) > nerr || r.Unlimited || r.RequestsPerUnit == 0 {
-		// Nothing more to check: an unlimited rule never reaches the
-		// store, and one of requests_per_unit 0 denies without asking it.
-		b.finishRule(r, path)
-		if len(b.errs) > nerr {
-			return nil
-		}
-		return r
+	if f.rpuNode == nil {
+		b.errorf(m, "rate_limit needs requests_per_unit (0 denies every request)")
 	}
-	switch alg {
+}
+
+// checkLimit sets the burst of r's limit and checks the limit, and that
+// r's cost fits in it.
+func (b *builder) checkLimit(m *yaml.Node, r *Rule, f *rateLimitFields) {
+	switch f.alg {
 	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
 		r.Limit.Burst = r.Limit.Rate
-		if burst > 0 {
-			r.Limit.Burst = burst
+		if f.burst > 0 {
+			r.Limit.Burst = f.burst
 		}
 	default:
-		if burstNode != nil {
-			b.errorf(burstNode, "burst applies to token_bucket, gcra and leaky_bucket, not to %s (a window admits requests_per_unit per window)", alg)
+		if f.burstNode != nil {
+			b.errorf(f.burstNode, "burst applies to token_bucket, gcra and leaky_bucket, not to %s (a window admits requests_per_unit per window)", f.alg)
 		}
 	}
 	if err := r.Limit.Validate(); err != nil {
 		b.errorf(m, "%s", strings.TrimPrefix(err.Error(), "tollgate: "))
 	} else if c := r.Limit.Capacity(); r.Cost > c {
-		b.errorf(costNode, "cost %d is more than %s can ever admit at once (%d)", r.Cost, r.Limit, c)
+		b.errorf(f.costNode, "cost %d is more than %s can ever admit at once (%d)", r.Cost, r.Limit, c)
 	}
-	b.finishRule(r, path)
-	if len(b.errs) > nerr {
-		return nil
-	}
-	return r
 }
 
 func (b *builder) finishRule(r *Rule, path []level) {

@@ -10,55 +10,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/testkit"
 )
-
-// configMap lays out a directory the way the kubelet writes a ConfigMap
-// volume: the data in a timestamped directory, a symlink ..data to it, and
-// each top-level entry a symlink through ..data. update replaces the data
-// atomically, as the kubelet does: a new timestamped directory, a symlink
-// ..data_tmp to it renamed over ..data, the old directory removed.
-type configMap struct {
-	dir string
-	gen int
-}
-
-func (c *configMap) update(t *testing.T, files map[string]string) {
-	t.Helper()
-	c.gen++
-	ts := fmt.Sprintf("..2026_12_01_05_00_00.%09d", c.gen)
-	for name, body := range files {
-		p := filepath.Join(c.dir, ts, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old, _ := os.Readlink(filepath.Join(c.dir, "..data"))
-	tmp := filepath.Join(c.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for name := range files {
-		top := strings.Split(name, "/")[0]
-		link := filepath.Join(c.dir, top)
-		if _, err := os.Lstat(link); err == nil {
-			continue
-		}
-		if err := os.Symlink(filepath.Join("..data", top), link); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if old != "" {
-		if err := os.RemoveAll(filepath.Join(c.dir, old)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // versionFile is a rules file whose domain names its version.
 func versionFile(v int) string {
@@ -137,13 +90,13 @@ func TestWatchFollowsReplacement(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cm := &configMap{dir: t.TempDir()}
-			cm.update(t, tc.files(1))
-			loads := watchRules(t, filepath.Join(cm.dir, tc.path))
+			cm := &testkit.ConfigMap{Dir: t.TempDir()}
+			cm.Update(t, tc.files(1))
+			loads := watchRules(t, filepath.Join(cm.Dir, tc.path))
 			v := 2
-			awaitLoad(t, loads, "v2", func() { cm.update(t, tc.files(v)) })
+			awaitLoad(t, loads, "v2", func() { cm.Update(t, tc.files(v)) })
 			for v = 3; v <= 7; v++ {
-				cm.update(t, tc.files(v))
+				cm.Update(t, tc.files(v))
 				awaitLoad(t, loads, fmt.Sprintf("v%d", v), nil)
 			}
 		})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 	"github.com/tollgate/tollgate/retry"
@@ -30,19 +31,20 @@ func TestMain(m *testing.M) { redistest.Main(m, &server) }
 // fakeTime is a clock whose sleep advances it instead of waiting, and
 // records every wait.
 type fakeTime struct {
+	*testkit.Clock
 	mu     sync.Mutex
-	now    time.Time
 	waited []time.Duration
 }
 
-func newFakeTime() *fakeTime { return &fakeTime{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+func newFakeTime() *fakeTime {
+	return &fakeTime{Clock: testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+}
 
-func (f *fakeTime) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 func (f *fakeTime) Sleep(ctx context.Context, d time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.waited = append(f.waited, d)
-	f.now = f.now.Add(d)
+	f.Advance(d)
 	return ctx.Err()
 }
 
@@ -284,7 +286,7 @@ func TestOutboundSharedQuota(t *testing.T) {
 			return func() tollgate.Store { return s }
 		}},
 		{"redis", func(t *testing.T) func() tollgate.Store {
-			prefix := "o" + strconv.FormatUint(rand.Uint64(), 36) + ":"
+			prefix := testkit.KeyPrefix(t)
 			// Each replica has its own client and store, as separate pods.
 			return func() tollgate.Store { return redisstore.New(server.Client(t), redisstore.WithPrefix(prefix)) }
 		}},

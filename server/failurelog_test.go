@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -58,10 +59,9 @@ func TestFailureLogSampled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			logs := &records{}
-			var mu sync.Mutex
-			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-			opts := append([]Option{WithClock(clock), WithLogger(slog.New(logs))}, tc.opts...)
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			clock := testkit.NewClock(t0)
+			opts := append([]Option{WithClock(clock.Now), WithLogger(slog.New(logs))}, tc.opts...)
 			s, err := New(redisstore.New(client), opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -74,11 +74,8 @@ func TestFailureLogSampled(t *testing.T) {
 			}
 			// 2 s later, then 11 s after the first: within the default
 			// interval, then past it.
-			t0 := now
 			for _, at := range []time.Duration{2 * time.Second, guard.DefaultInterval + time.Second} {
-				mu.Lock()
-				now = t0.Add(at)
-				mu.Unlock()
+				clock.Set(t0.Add(at))
 				ask(t, s, req("d", entries("k", "v")))
 			}
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -29,7 +30,7 @@ func TestPipelinedRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	store := redisstore.New(client, redisstore.WithPrefix("pipelined-test:"), redisstore.WithPipeline(50*time.Microsecond, 64))
+	store := redisstore.New(client, redisstore.WithPrefix(testkit.KeyPrefix(t)), redisstore.WithPipeline(50*time.Microsecond, 64))
 	// A generous deadline while counting: on a loaded machine a decision
 	// that missed a short one would be answered by failure mode, not
 	// counted. The short deadline is checked below, with Redis paused.

@@ -280,24 +280,61 @@ type item struct {
 // response it returns the rate-limit header fields of the answer (nil when
 // there are none): every descriptor the store decided, as a policy named
 // after its rule.
+//
+// Its steps: check the request, match each descriptor to a rule (match),
+// answer each descriptor (answer), and add the answers up into the
+// overall code and header fields (tally).
 func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
 	if err := s.check(api, req); err != nil {
 		return nil, nil, err
 	}
-	descs := req.GetDescriptors()
 	sn := s.snap.Load()
+	var stack [8]item
+	items := stack[:0]
+	if n := len(req.GetDescriptors()); n > len(stack) {
+		items = make([]item, 0, n)
+	}
+	items = s.match(sn, req, items)
+	if err := s.checkItems(api, req, items); err != nil {
+		return nil, nil, err
+	}
+
+	dl := requestDeadline{ctx: ctx, deadlines: s.deadlines}
+	defer dl.release()
+	descs := req.GetDescriptors()
+	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(descs))}
+	statuses := make([]pb.RateLimitResponse_DescriptorStatus, len(descs))
+	var hstack [8]headers.Decision
+	t := tally{overall: pb.RateLimitResponse_OK, hds: hstack[:0]}
+	for i, d := range descs {
+		st := &statuses[i]
+		resp.Statuses[i] = st
+		it := &items[i]
+		o, res, decided := s.answer(&dl, req, d, it, st)
+		if !decided {
+			continue
+		}
+		s.count(it, d.GetEntries(), o)
+		t.add(it.rule, st)
+		if s.flavor != 0 && (o == outcomeOK || o == outcomeOverLimit || o == outcomeShadow) {
+			t.hds = append(t.hds, headerDecision(it.rule, o, res))
+		}
+	}
+	resp.OverallCode = s.overall(api, &t)
+	return resp, s.header(t.hds, resp.OverallCode), nil
+}
+
+// match finds the rule of each descriptor of req in the snapshot sn (nil
+// when no rules are loaded) and appends one item per descriptor to items.
+// Rules replaced by another rule of the request are marked dropped.
+func (s *Server) match(sn *snapshot, req *pb.RateLimitRequest, items []item) []item {
 	var rules *config.Rules
 	if sn != nil {
 		rules = sn.rules
 	}
-	var stack [8]item
-	items := stack[:0]
-	if len(descs) > len(stack) {
-		items = make([]item, 0, len(descs))
-	}
 	known := rules != nil && rules.HasDomain(req.Domain)
 	replaced := false
-	for _, d := range descs {
+	for _, d := range req.GetDescriptors() {
 		var it item
 		switch {
 		case !known:
@@ -318,121 +355,167 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	if replaced {
 		dropReplaced(items)
 	}
-	if err := s.checkItems(api, req, items); err != nil {
-		return nil, nil, err
-	}
+	return items
+}
 
-	n := len(descs)
-	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
-	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n)
-	withDeadline := false
-	var hstack [8]headers.Decision
-	hds := hstack[:0]
-	overall := pb.RateLimitResponse_OK
-	quota, quotaOver := 0, 0
-	for i, d := range descs {
-		st := &statuses[i]
-		resp.Statuses[i] = st
-		it := &items[i]
-		r := it.rule
-		if r == nil || it.dropped {
-			st.Code = pb.RateLimitResponse_OK
-			continue
-		}
-		if r.Unlimited {
-			st.Code = pb.RateLimitResponse_OK
-			st.LimitRemaining = math.MaxUint32
-			s.count(it, d.GetEntries(), outcomeUnlimited)
-			continue
-		}
-		if it.state != nil {
-			st.CurrentLimit = it.state.limit
-		} else {
-			st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
-		}
-		hits := hitsOf(req, d)
-		var o outcome
-		res := tollgate.Result{Limit: r.Limit}
-		if r.DenyAll() {
-			o = outcomeOverLimit
-			if hits == 0 {
-				o = outcomeOK
-			}
-			period := int64(r.Unit.Duration())
-			res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
-			st.DurationUntilReset = roundUp(res.RetryAfter)
-		} else {
-			if !withDeadline && s.deadlines != nil {
-				var cancel context.CancelFunc
-				ctx, cancel = s.deadlines.AnswerBy(ctx)
-				defer cancel()
-				withDeadline = true
-			}
-			if expired(ctx) {
-				// The request's deadline has passed (a store call
-				// of this request timed out, or the caller is gone):
-				// the rest are answered by failure mode without a
-				// store call, so that one request counts one timeout
-				// however many descriptors it has.
-				s.m.storeSkipped.Inc()
-				o = s.failureOutcome(r)
-			} else {
-				o, res = s.spend(ctx, req.Domain, d.GetEntries(), r, hits, st)
-			}
-		}
-		if o == outcomeOverLimit && r.ShadowMode {
-			o = outcomeShadow
-		}
-		if s.flavor != 0 && (o == outcomeOK || o == outcomeOverLimit || o == outcomeShadow) {
-			res.Allowed = o == outcomeOK
-			policy := r.Name
-			if policy == "" {
-				policy = r.ID
-			}
-			hds = append(hds, headers.Decision{Policy: policy, Result: res, DryRun: r.ShadowMode})
-		}
-		s.count(it, d.GetEntries(), o)
-		if o == outcomeOverLimit || o == outcomeFailClosed {
-			st.Code = pb.RateLimitResponse_OVER_LIMIT
-		} else {
-			st.Code = pb.RateLimitResponse_OK
-		}
-		if r.QuotaMode {
-			quota++
-			if st.Code == pb.RateLimitResponse_OVER_LIMIT {
-				quotaOver++
-			}
-		} else if st.Code == pb.RateLimitResponse_OVER_LIMIT {
-			overall = pb.RateLimitResponse_OVER_LIMIT
-		}
+// answer decides one descriptor d of req, matched to it, and fills its
+// status st. It reports decided false for a descriptor that no rule
+// limits (no rule, a replaced rule, an unlimited rule), which is answered
+// OK and already counted; the rest are to be counted and added up by the
+// caller.
+func (s *Server) answer(dl *requestDeadline, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus) (o outcome, res tollgate.Result, decided bool) {
+	r := it.rule
+	if r == nil || it.dropped {
+		st.Code = pb.RateLimitResponse_OK
+		return 0, res, false
 	}
+	if r.Unlimited {
+		st.Code = pb.RateLimitResponse_OK
+		st.LimitRemaining = math.MaxUint32
+		s.count(it, d.GetEntries(), outcomeUnlimited)
+		return 0, res, false
+	}
+	if it.state != nil {
+		st.CurrentLimit = it.state.limit
+	} else {
+		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+	}
+	hits := hitsOf(req, d)
+	if r.DenyAll() {
+		o, res = s.denyAll(r, hits, st)
+	} else {
+		o, res = s.spendOrFail(dl.context(), req.Domain, d.GetEntries(), r, hits, st)
+	}
+	if o == outcomeOverLimit && r.ShadowMode {
+		o = outcomeShadow
+	}
+	if o == outcomeOverLimit || o == outcomeFailClosed {
+		st.Code = pb.RateLimitResponse_OVER_LIMIT
+	} else {
+		st.Code = pb.RateLimitResponse_OK
+	}
+	return o, res, true
+}
+
+// denyAll answers a rule of 0 requests per unit without a store call: over
+// the limit for any hits, until the end of the current period.
+func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
+	o := outcomeOverLimit
+	if hits == 0 {
+		o = outcomeOK
+	}
+	res := tollgate.Result{Limit: r.Limit}
+	period := int64(r.Unit.Duration())
+	res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
+	st.DurationUntilReset = roundUp(res.RetryAfter)
+	return o, res
+}
+
+// spendOrFail spends hits of r in the store, unless ctx has already
+// expired: then the request's deadline has passed (a store call of this
+// request timed out, or the caller is gone), and the descriptor is
+// answered by failure mode without a store call, so that one request
+// counts one timeout however many descriptors it has.
+func (s *Server) spendOrFail(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
+	if expired(ctx) {
+		s.m.storeSkipped.Inc()
+		return s.failureOutcome(r), tollgate.Result{Limit: r.Limit}
+	}
+	return s.spend(ctx, domain, entries, r, hits, st)
+}
+
+// requestDeadline is the context of one request's store calls. The
+// deadline of WithTimeout is armed on the first store call, so that
+// requests that make none take nothing from the shared timer, and it
+// bounds all of the request's calls together.
+type requestDeadline struct {
+	ctx       context.Context
+	deadlines *guard.Deadlines // nil for no deadline
+	cancel    context.CancelFunc
+}
+
+// context returns the context for a store call, arming the deadline on
+// the first call.
+func (dl *requestDeadline) context() context.Context {
+	if dl.cancel == nil && dl.deadlines != nil {
+		dl.ctx, dl.cancel = dl.deadlines.AnswerBy(dl.ctx)
+	}
+	return dl.ctx
+}
+
+// release frees the deadline, if one was armed.
+func (dl *requestDeadline) release() {
+	if dl.cancel != nil {
+		dl.cancel()
+	}
+}
+
+// tally adds up the answers of a request's descriptors.
+type tally struct {
+	overall          pb.RateLimitResponse_Code // from the rules that are not quota rules
+	quota, quotaOver int                       // quota rules, and those of them over the limit
+	hds              []headers.Decision        // header fields, one per decided descriptor
+}
+
+// add counts the answer st of a descriptor of rule r.
+func (t *tally) add(r *config.Rule, st *pb.RateLimitResponse_DescriptorStatus) {
+	if r.QuotaMode {
+		t.quota++
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			t.quotaOver++
+		}
+	} else if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+		t.overall = pb.RateLimitResponse_OVER_LIMIT
+	}
+}
+
+// overall is the request's overall code from t, after the quota rules and
+// global shadow mode have had their say; it counts the request of api.
+func (s *Server) overall(api int, t *tally) pb.RateLimitResponse_Code {
+	overall := t.overall
 	// Quota rules deny together: only when every one of them is over.
-	if quota > 0 && quota == quotaOver {
+	if t.quota > 0 && t.quota == t.quotaOver {
 		overall = pb.RateLimitResponse_OVER_LIMIT
 	}
 	if overall == pb.RateLimitResponse_OVER_LIMIT && s.shadow {
 		overall = pb.RateLimitResponse_OK
 		s.m.globalShadow.Inc()
 	}
-	resp.OverallCode = overall
 	if overall == pb.RateLimitResponse_OVER_LIMIT {
 		s.m.requests[api][codeOverLimit].Inc()
 	} else {
 		s.m.requests[api][codeOK].Inc()
 	}
-	var h http.Header
-	if len(hds) > 0 {
-		if overall == pb.RateLimitResponse_OK {
-			// Global shadow mode or quota_mode let the request through:
-			// no Retry-After for a request that passes.
-			for i := range hds {
-				hds[i].Result.Allowed = true
-			}
-		}
-		h = make(http.Header, 3)
-		headers.Write(h, s.flavor, s.now(), hds...)
+	return overall
+}
+
+// headerDecision is the header fields' view of outcome o of rule r: a
+// policy named after the rule.
+func headerDecision(r *config.Rule, o outcome, res tollgate.Result) headers.Decision {
+	res.Allowed = o == outcomeOK
+	policy := r.Name
+	if policy == "" {
+		policy = r.ID
 	}
-	return resp, h, nil
+	return headers.Decision{Policy: policy, Result: res, DryRun: r.ShadowMode}
+}
+
+// header writes the header fields of hds in the server's flavor, or
+// returns nil when there are none.
+func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Code) http.Header {
+	if len(hds) == 0 {
+		return nil
+	}
+	if overall == pb.RateLimitResponse_OK {
+		// Global shadow mode or quota_mode let the request through:
+		// no Retry-After for a request that passes.
+		for i := range hds {
+			hds[i].Result.Allowed = true
+		}
+	}
+	h := make(http.Header, 3)
+	headers.Write(h, s.flavor, s.now(), hds...)
+	return h
 }
 
 // spend makes one store call and fills st from its result.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testkit"
 )
 
 // The tests below change the rules under a running tollgate serve the way
@@ -93,46 +95,6 @@ func TestServeSurvivesHostileRules(t *testing.T) {
 	awaitRulesLimit(t, p, 6, nil)
 }
 
-// hardenConfigMap lays out a directory as the kubelet writes a ConfigMap
-// volume (see config's tests for the layout) and replaces its data
-// atomically on each update.
-type hardenConfigMap struct {
-	dir string
-	gen int
-}
-
-func (c *hardenConfigMap) update(t *testing.T, name, body string) {
-	t.Helper()
-	c.gen++
-	ts := fmt.Sprintf("..2026_12_01_05_00_00.%09d", c.gen)
-	p := filepath.Join(c.dir, ts, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old, _ := os.Readlink(filepath.Join(c.dir, "..data"))
-	tmp := filepath.Join(c.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	top := strings.Split(name, "/")[0]
-	if _, err := os.Lstat(filepath.Join(c.dir, top)); err != nil {
-		if err := os.Symlink(filepath.Join("..data", top), filepath.Join(c.dir, top)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if old != "" {
-		if err := os.RemoveAll(filepath.Join(c.dir, old)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestServeFollowsReplacedRules replaces the rules directory of a running
 // service several times in a row, as a ConfigMap update and as a
 // deployment tool that renames the directory away do, and wants every
@@ -146,12 +108,12 @@ func TestServeFollowsReplacedRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cm := &hardenConfigMap{dir: t.TempDir()}
-			cm.update(t, tc.file, rulesFile(1))
-			p := startTollgate(t, "serve", "--config", filepath.Join(cm.dir, tc.config))
-			awaitRulesLimit(t, p, 2, func() { cm.update(t, tc.file, rulesFile(2)) })
+			cm := &testkit.ConfigMap{Dir: t.TempDir()}
+			cm.Update(t, map[string]string{tc.file: rulesFile(1)})
+			p := startTollgate(t, "serve", "--config", filepath.Join(cm.Dir, tc.config))
+			awaitRulesLimit(t, p, 2, func() { cm.Update(t, map[string]string{tc.file: rulesFile(2)}) })
 			for limit := uint32(3); limit <= 6; limit++ {
-				cm.update(t, tc.file, rulesFile(int(limit)))
+				cm.Update(t, map[string]string{tc.file: rulesFile(int(limit))})
 				awaitRulesLimit(t, p, limit, nil)
 			}
 		})

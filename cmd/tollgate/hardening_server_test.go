@@ -8,12 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,77 +27,6 @@ import (
 // The tests below are a hostile client's view of tollgate serve: each sends
 // what a client can send and checks that it buys no extra allowance, no
 // memory and no false alerts.
-
-// startNginx runs the shipped examples/nginx/nginx.conf, only its addresses
-// changed, in front of tollgate (its HTTP base URL) and app, and returns
-// nginx's base URL.
-func startNginx(t *testing.T, tollgateURL, appURL string) string {
-	t.Helper()
-	bin := nginxBinary(t)
-	conf, err := os.ReadFile("../../examples/nginx/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := freePort(t)
-	c := string(conf)
-	for _, r := range [][2]string{
-		{"server 127.0.0.1:8080;", "server " + strings.TrimPrefix(tollgateURL, "http://") + ";"},
-		{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(appURL, "http://") + ";"},
-		{"listen 127.0.0.1:8088;", "listen " + listen + ";"},
-	} {
-		if !strings.Contains(c, r[0]) {
-			t.Fatalf("examples/nginx/nginx.conf has no %q", r[0])
-		}
-		c = strings.Replace(c, r[0], r[1], 1)
-	}
-	dir := t.TempDir()
-	prefix := filepath.Join(dir, "nginx")
-	for _, d := range []string{"logs", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// nginx's workers drop root for nobody, who must reach the prefix.
-	for _, d := range []string{dir, prefix} {
-		os.Chmod(d, 0o755)
-	}
-	confPath := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(c), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", prefix, "-c", confPath, "-g", "daemon off;")
-	out := &logBuffer{added: make(chan struct{}, 1)}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGQUIT) // graceful stop
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			logs, _ := os.ReadFile(filepath.Join(prefix, "logs", "error.log"))
-			t.Logf("nginx output:\n%s\nerror.log:\n%s", out.String(), logs)
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if conn, err := net.Dial("tcp", listen); err == nil {
-			conn.Close()
-			return "http://" + listen
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s after 10s: %s", listen, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // rawRequest sends method and target exactly as written (no client library
 // cleans the target) to base, with the header lines hdr ("Name: value"),

@@ -102,18 +102,12 @@ func nginxBinary(t *testing.T) string {
 	return ""
 }
 
-// TestNginxAuthRequest runs the shipped examples/nginx/nginx.conf — only
-// its addresses changed — with a real nginx in front of a real tollgate
-// serve, and checks what clients get.
-func TestNginxAuthRequest(t *testing.T) {
-	t.Parallel()
+// startNginx runs the shipped examples/nginx/nginx.conf, only its addresses
+// changed, in front of tollgate (its HTTP base URL) and app, and returns
+// nginx's base URL.
+func startNginx(t *testing.T, tollgateURL, appURL string) string {
+	t.Helper()
 	bin := nginxBinary(t)
-	app := upstreamApp(t)
-	dir := t.TempDir()
-	rules := filepath.Join(dir, "rules.yaml")
-	writeFile(t, rules, edgeRules)
-	tg := startTollgate(t, "serve", "--config", rules)
-
 	conf, err := os.ReadFile("../../examples/nginx/nginx.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +115,8 @@ func TestNginxAuthRequest(t *testing.T) {
 	listen := freePort(t)
 	c := string(conf)
 	for _, r := range [][2]string{
-		{"server 127.0.0.1:8080;", "server " + strings.TrimPrefix(tg.http, "http://") + ";"},
-		{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(app.URL, "http://") + ";"},
+		{"server 127.0.0.1:8080;", "server " + strings.TrimPrefix(tollgateURL, "http://") + ";"},
+		{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(appURL, "http://") + ";"},
 		{"listen 127.0.0.1:8088;", "listen " + listen + ";"},
 	} {
 		if !strings.Contains(c, r[0]) {
@@ -130,6 +124,7 @@ func TestNginxAuthRequest(t *testing.T) {
 		}
 		c = strings.Replace(c, r[0], r[1], 1)
 	}
+	dir := t.TempDir()
 	prefix := filepath.Join(dir, "nginx")
 	for _, d := range []string{"logs", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
@@ -169,14 +164,27 @@ func TestNginxAuthRequest(t *testing.T) {
 	for {
 		if conn, err := net.Dial("tcp", listen); err == nil {
 			conn.Close()
-			break
+			return "http://" + listen
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nginx not listening on %s after 10s: %s", listen, out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	base := "http://" + listen
+}
+
+// TestNginxAuthRequest runs the shipped examples/nginx/nginx.conf — only
+// its addresses changed — with a real nginx in front of a real tollgate
+// serve, and checks what clients get.
+func TestNginxAuthRequest(t *testing.T) {
+	t.Parallel()
+	app := upstreamApp(t)
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	writeFile(t, rules, edgeRules)
+	tg := startTollgate(t, "serve", "--config", rules)
+
+	base := startNginx(t, tg.http, app.URL)
 
 	// Client A: 3 per minute by address, then 429 with the fields.
 	a := client("127.0.0.2")

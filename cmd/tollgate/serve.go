@@ -151,38 +151,14 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 // setup builds the logger, the store and the server from the flags, loads
 // the rules, and returns a cleanup function.
 func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.Logger, func(), error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return nil, nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	log, err := f.logger(stderr)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	var h slog.Handler
-	switch f.logFormat {
-	case "text":
-		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
-	case "json":
-		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
-	default:
-		return nil, nil, nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
-	}
-	log := slog.New(h)
 	if f.config == "" {
 		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
 	}
-	mode, err := enforce.ParseFailureMode(f.failureMode)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
-	}
-	flavor, err := headers.ParseFlavor(f.headers)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--headers %q: want draft, ratelimit, x-ratelimit, all or none", f.headers)
-	}
-	if f.timeout <= 0 {
-		return nil, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
-	}
-	if f.logInterval < 0 {
-		return nil, nil, nil, fmt.Errorf("--log-interval %v: want a duration of 0 or more", f.logInterval)
-	}
-	bounds, err := f.bounds.options()
+	opts, err := f.serverOptions()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -195,39 +171,9 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 		return nil, nil, nil, err
 	}
 	tuneGC(getenv, target.url == "", log)
-
-	var store tollgate.Store
-	var ping func(context.Context) error
-	cleanup := func() {}
-	storeName := "memory"
-	if target.url == "" {
-		store = memorystore.New()
-	} else {
-		// go-redis logs through the service's logger, sampled and
-		// redacted, from its first connection on.
-		redis.SetLogger(newRedisLogger(log, target.redact, f.logInterval))
-		if target.fromArgv {
-			log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
-		}
-		client, err := server.NewRedisClient(target.url, target.options()...)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		var ropts []redisstore.Option
-		if f.pipeline > 0 {
-			ropts = append(ropts, redisstore.WithPipeline(f.pipeline, 64))
-		}
-		rs := redisstore.New(client, append(ropts, redisstore.WithPrefix(f.redisPrefix))...)
-		store, storeName = rs, "redis"
-		ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
-		cleanup = func() { client.Close() }
-		// Preload the scripts; if Redis is not there yet, the first
-		// decisions load them.
-		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := rs.Load(lctx); err != nil {
-			log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", target.redact.Redact(err.Error()))
-		}
-		cancel()
+	store, err := f.store(target, log)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	timeout := f.timeout
 	if target.url == "" {
@@ -235,16 +181,100 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 		// microsecond), so a deadline would only cost a timer per request.
 		timeout = 0
 	}
-	srv, err := server.New(store, append(bounds,
-		server.WithTimeout(timeout), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogger(log), server.WithLogInterval(f.logInterval), server.WithPing(ping), server.WithHeaders(flavor))...)
+	srv, err := server.New(store.Store, append(opts,
+		server.WithTimeout(timeout), server.WithLogger(log), server.WithPing(store.ping))...)
 	if err != nil {
-		cleanup()
+		store.cleanup()
 		return nil, nil, nil, err
 	}
 	srv.SetRules(rules)
-	log.Info("rules loaded", "path", f.config, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()), "store", storeName)
-	return srv, log, cleanup, nil
+	log.Info("rules loaded", "path", f.config, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()), "store", store.name)
+	return srv, log, store.cleanup, nil
+}
+
+// logger is the service's logger, as --log-level and --log-format say.
+func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	switch f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	}
+}
+
+// serverOptions checks the flags that become server options (all but the
+// timeout, which depends on the store) and returns those options.
+func (f *serveFlags) serverOptions() ([]server.Option, error) {
+	mode, err := enforce.ParseFailureMode(f.failureMode)
+	if err != nil {
+		return nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
+	}
+	flavor, err := headers.ParseFlavor(f.headers)
+	if err != nil {
+		return nil, fmt.Errorf("--headers %q: want draft, ratelimit, x-ratelimit, all or none", f.headers)
+	}
+	if f.timeout <= 0 {
+		return nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
+	}
+	if f.logInterval < 0 {
+		return nil, fmt.Errorf("--log-interval %v: want a duration of 0 or more", f.logInterval)
+	}
+	bounds, err := f.bounds.options()
+	if err != nil {
+		return nil, err
+	}
+	return append(bounds, server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
+		server.WithLogInterval(f.logInterval), server.WithHeaders(flavor)), nil
+}
+
+// serveStore is the store serve decides with, and what goes with it.
+type serveStore struct {
+	tollgate.Store
+	name    string                      // "memory" or "redis", for the log
+	ping    func(context.Context) error // nil for the memory store
+	cleanup func()                      // closes the Redis client
+}
+
+// store makes the store of target: the embedded memory store when there
+// is no Redis URL, else a Redis store whose scripts are preloaded.
+func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, error) {
+	if target.url == "" {
+		return serveStore{Store: memorystore.New(), name: "memory", cleanup: func() {}}, nil
+	}
+	// go-redis logs through the service's logger, sampled and redacted,
+	// from its first connection on.
+	redis.SetLogger(newRedisLogger(log, target.redact, f.logInterval))
+	if target.fromArgv {
+		log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
+	}
+	client, err := server.NewRedisClient(target.url, target.options()...)
+	if err != nil {
+		return serveStore{}, err
+	}
+	var ropts []redisstore.Option
+	if f.pipeline > 0 {
+		ropts = append(ropts, redisstore.WithPipeline(f.pipeline, 64))
+	}
+	rs := redisstore.New(client, append(ropts, redisstore.WithPrefix(f.redisPrefix))...)
+	// Preload the scripts; if Redis is not there yet, the first decisions
+	// load them.
+	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	if err := rs.Load(lctx); err != nil {
+		log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", target.redact.Redact(err.Error()))
+	}
+	cancel()
+	return serveStore{
+		Store:   rs,
+		name:    "redis",
+		ping:    func(ctx context.Context) error { return client.Ping(ctx).Err() },
+		cleanup: func() { client.Close() },
+	}, nil
 }
 
 // background starts what keeps a server current until ctx ends: the store
@@ -274,53 +304,22 @@ func (f *serveFlags) background(ctx context.Context, srv *server.Server, log *sl
 	}()
 }
 
+// serveOptions are serve's flags: those it shares with proxy, and its
+// listeners and shutdown.
+type serveOptions struct {
+	f                             serveFlags
+	httpAddr, grpcAddr, debugAddr string
+	listenAll                     bool
+	drainTimeout, shutdownDelay   time.Duration
+	conns                         connFlags
+}
+
 func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tollgate serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var f serveFlags
-	f.register(fs)
-	f.registerHTTP(fs, "127.0.0.0/8,::1/128")
-	f.bounds.registerAuth(fs)
-	httpAddr := fs.String("http", "", "HTTP address for /json, /auth, /healthcheck, /readyz, /metrics (default 127.0.0.1:8080; :8080 with --listen-all)")
-	grpcAddr := fs.String("grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
-	listenAll := fs.Bool("listen-all", false, "listen on every interface for the default addresses, not only on loopback")
-	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
-	debugAddr := fs.String("debug", "", "address for /debug/pprof (off by default; keep it on loopback)")
-	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep serving with /readyz failing before closing the listeners (for load balancers to notice)")
-	var conns connFlags
-	conns.registerHTTP(fs, 30*time.Second)
-	conns.registerGRPC(fs)
-	conns.registerDebug(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
-		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
-		fs.PrintDefaults()
+	o, code, ok := parseServe(args, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := conns.check(true, *debugAddr != ""); err != nil {
-		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
-		return 2
-	}
-	host := "127.0.0.1"
-	if *listenAll {
-		host = ""
-	}
-	if *httpAddr == "" {
-		*httpAddr = net.JoinHostPort(host, "8080")
-	}
-	if *grpcAddr == "" {
-		*grpcAddr = net.JoinHostPort(host, "8081")
-	}
-	srv, log, cleanup, err := f.setup(getenv, stderr)
+	srv, log, cleanup, err := o.f.setup(getenv, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		if strings.HasPrefix(err.Error(), "--") {
@@ -329,76 +328,170 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return 1
 	}
 	defer cleanup()
-
-	rules, err := f.httpRules()
+	mux, err := o.mux(srv)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2
 	}
-	rules.URIHeader, rules.MethodHeader = f.bounds.uriHeader, f.bounds.methodHeader
-	auth, err := srv.AuthHandler(rules)
-	if err != nil {
-		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
-		return 2
-	}
-	hl, err := net.Listen("tcp", *httpAddr)
+	hl, gl, err := o.listen()
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 1
 	}
-	gl, err := net.Listen("tcp", *grpcAddr)
-	if err != nil {
-		hl.Close()
-		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
-		return 1
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", srv.Handler())
-	mux.Handle("/auth", auth)
 	// Stream workers reuse goroutines whose stacks have grown, instead of
 	// growing a fresh one for every request.
-	g := grpc.NewServer(append(append(conns.grpcOptions(), srv.GRPCServerOptions()...), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
+	g := grpc.NewServer(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
-	hs := conns.httpServer(mux, log)
+	hs := o.conns.httpServer(mux, log)
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
-	f.background(bg, srv, log)
+	o.f.background(bg, srv, log)
 
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(gl) }()
 	go func() { errc <- hs.Serve(hl) }()
-	if *debugAddr != "" {
-		dl, err := net.Listen("tcp", *debugAddr)
+	if o.debugAddr != "" {
+		ds, err := o.serveDebug(log)
 		if err != nil {
 			fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 			return 1
 		}
-		dmux := http.NewServeMux()
-		dmux.HandleFunc("/debug/pprof/", pprof.Index)
-		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		ds := conns.debugServer(dmux, log)
-		go ds.Serve(dl)
 		defer ds.Close()
-		log.Info("debug listening", "addr", dl.Addr().String())
 	}
 	log.Info("listening", "http", hl.Addr().String(), "grpc", gl.Addr().String())
 
+	o.awaitStop(ctx, errc, srv, log)
+	httpErr := o.drain(g, hs)
+	stopBG()
+	if httpErr != nil {
+		log.Warn("HTTP requests still in flight at the drain timeout were cut", "error", httpErr.Error())
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// parseServe parses serve's arguments and fills in the default addresses.
+// When it reports false, serve exits with code at once (0 for --help).
+func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok bool) {
+	fs := flag.NewFlagSet("tollgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o = new(serveOptions)
+	o.f.register(fs)
+	o.f.registerHTTP(fs, "127.0.0.0/8,::1/128")
+	o.f.bounds.registerAuth(fs)
+	fs.StringVar(&o.httpAddr, "http", "", "HTTP address for /json, /auth, /healthcheck, /readyz, /metrics (default 127.0.0.1:8080; :8080 with --listen-all)")
+	fs.StringVar(&o.grpcAddr, "grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
+	fs.BoolVar(&o.listenAll, "listen-all", false, "listen on every interface for the default addresses, not only on loopback")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
+	fs.StringVar(&o.debugAddr, "debug", "", "address for /debug/pprof (off by default; keep it on loopback)")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep serving with /readyz failing before closing the listeners (for load balancers to notice)")
+	o.conns.registerHTTP(fs, 30*time.Second)
+	o.conns.registerGRPC(fs)
+	o.conns.registerDebug(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
+		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0, false
+		}
+		return nil, 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2, false
+	}
+	if err := o.conns.check(true, o.debugAddr != ""); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return nil, 2, false
+	}
+	host := "127.0.0.1"
+	if o.listenAll {
+		host = ""
+	}
+	if o.httpAddr == "" {
+		o.httpAddr = net.JoinHostPort(host, "8080")
+	}
+	if o.grpcAddr == "" {
+		o.grpcAddr = net.JoinHostPort(host, "8081")
+	}
+	return o, 0, true
+}
+
+// mux is serve's HTTP handler: srv's endpoints and /auth, which builds
+// descriptors from the original request as the flags say.
+func (o *serveOptions) mux(srv *server.Server) (*http.ServeMux, error) {
+	rules, err := o.f.httpRules()
+	if err != nil {
+		return nil, err
+	}
+	rules.URIHeader, rules.MethodHeader = o.f.bounds.uriHeader, o.f.bounds.methodHeader
+	auth, err := srv.AuthHandler(rules)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.Handler())
+	mux.Handle("/auth", auth)
+	return mux, nil
+}
+
+// listen opens the HTTP and gRPC listeners, or neither.
+func (o *serveOptions) listen() (hl, gl net.Listener, err error) {
+	hl, err = net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	gl, err = net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		hl.Close()
+		return nil, nil, err
+	}
+	return hl, gl, nil
+}
+
+// serveDebug serves /debug/pprof on --debug until the returned server is
+// closed.
+func (o *serveOptions) serveDebug(log *slog.Logger) (*http.Server, error) {
+	dl, err := net.Listen("tcp", o.debugAddr)
+	if err != nil {
+		return nil, err
+	}
+	dmux := http.NewServeMux()
+	dmux.HandleFunc("/debug/pprof/", pprof.Index)
+	dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ds := o.conns.debugServer(dmux, log)
+	go ds.Serve(dl)
+	log.Info("debug listening", "addr", dl.Addr().String())
+	return ds, nil
+}
+
+// awaitStop waits for ctx to end (a signal) or a listener to fail, marks
+// srv not ready, and keeps serving for --shutdown-delay.
+func (o *serveOptions) awaitStop(ctx context.Context, errc <-chan error, srv *server.Server, log *slog.Logger) {
 	select {
 	case <-ctx.Done():
 		// Not ready first, then say so: whoever reads the log line (an
 		// operator, a test) finds /readyz already failing.
 		srv.Drain()
-		log.Info("shutting down: draining requests in flight", "shutdown_delay", shutdownDelay.String(), "drain_timeout", drainTimeout.String())
+		log.Info("shutting down: draining requests in flight", "shutdown_delay", o.shutdownDelay.String(), "drain_timeout", o.drainTimeout.String())
 	case err := <-errc:
 		srv.Drain()
 		log.Error("a listener failed; shutting down", "error", err.Error())
 	}
-	if *shutdownDelay > 0 {
-		time.Sleep(*shutdownDelay)
+	if o.shutdownDelay > 0 {
+		time.Sleep(o.shutdownDelay)
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
+}
+
+// drain stops g and hs, letting requests in flight finish for up to
+// --drain-timeout; it returns hs's error when some were cut.
+func (o *serveOptions) drain(g *grpc.Server, hs *http.Server) error {
+	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
 	defer cancel()
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
@@ -408,10 +501,5 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	case <-dctx.Done():
 		g.Stop()
 	}
-	stopBG()
-	if httpErr != nil {
-		log.Warn("HTTP requests still in flight at the drain timeout were cut", "error", httpErr.Error())
-	}
-	log.Info("stopped")
-	return 0
+	return httpErr
 }

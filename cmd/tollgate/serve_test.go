@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 )
 
 // The tests below build the real tollgate binary once and run it as a
@@ -291,7 +292,7 @@ func stores(t *testing.T, f func(t *testing.T, storeArgs []string)) {
 		// A generous deadline: these tests check decisions, and a loaded
 		// machine must not turn them into failure-mode answers.
 		// TestServeRedisDown tests the deadline itself.
-		f(t, []string{"--redis", rdb.URL(), "--redis-prefix", "test-" + randomID() + ":", "--timeout", "5s"})
+		f(t, []string{"--redis", rdb.URL(), "--redis-prefix", testkit.KeyPrefix(t), "--timeout", "5s"})
 	})
 }
 
