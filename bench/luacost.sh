@@ -49,7 +49,7 @@ echo "| script (1,000/s, burst 1,000; every decision admitted and written) | ins
 echo "| --- | ---: |"
 # ARGV as redisstore sends them for 1,000 per second, burst 1,000, cost 1, Redis time.
 measure token_bucket "$dir/token_bucket.lua" 1 1000 1000 1 ''
-measure gcra "$dir/gcra.lua" 1000 1000 1 ''
+measure gcra "$dir/gcra.lua" 1 1000 1000 1 ''
 measure fixed_window "$dir/fixed_window.lua" 1000 1000000 1 ''
 measure sliding_window_log "$dir/sliding_window_log.lua" 1000 1000000 1 ''
 measure sliding_window_counter "$dir/sliding_window_counter.lua" 1000 1000000 1000 1 ''
