@@ -158,7 +158,7 @@ func Boundary(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg B
 	return rows, nil
 }
 
-// naiveWindow is the fixed window the course builds first: the window's
+// naiveWindow is the fixed window most people write first: the window's
 // index from the server's clock, then INCR of the window's counter, then
 // EXPIRE on it — three calls, as plain as it gets. (It also leaves a counter
 // without a TTL if the client dies between INCR and EXPIRE; tollgate's

@@ -16,7 +16,8 @@ import (
 	"github.com/tollgate/tollgate/redisstore"
 )
 
-// BucketLimit is the course's bucket: 2 tokens per second, capacity 5.
+// BucketLimit is the demos' bucket: 2 tokens per second, capacity 5.
+// Small enough to watch drain and refill by eye.
 var BucketLimit = tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 2, Period: time.Second, Burst: 5}
 
 // DrainCalls is how many quick calls Drain makes: twice the capacity.
@@ -34,7 +35,7 @@ const retryGrain = 100 * time.Millisecond
 // Bucket loads the token-bucket script into the server's script cache
 // (SCRIPT LOAD), checks that the SHA the server returns is the SHA-1 of the
 // source, and prints it with the arguments of an EVALSHA call for the
-// course's bucket.
+// demos' bucket (BucketLimit).
 func Bucket(ctx context.Context, rdb redis.Scripter, w io.Writer) error {
 	src := redisstore.Source(tollgate.TokenBucket)
 	sha, err := rdb.ScriptLoad(ctx, src).Result()
@@ -166,7 +167,7 @@ func Skew(ctx context.Context, rdb redis.UniversalClient, w io.Writer) error {
 	return nil
 }
 
-// line prints one decision as the course does: allowed=1 remaining=4, or
+// line prints one decision: allowed=1 remaining=4, or
 // allowed=0 remaining=0 retry_after=500ms.
 func line(r tollgate.Result) string {
 	if r.Allowed {
@@ -175,7 +176,7 @@ func line(r tollgate.Result) string {
 	return fmt.Sprintf("allowed=0 remaining=%d retry_after=%v", r.Remaining, ceil(r.RetryAfter, retryGrain))
 }
 
-// describe says what a token bucket is in the course's words.
+// describe names a token bucket by its rate and capacity.
 func describe(l tollgate.Limit) string {
 	return fmt.Sprintf("token bucket %d/%s, capacity %d", l.Rate, strings.TrimPrefix(l.Period.String(), "1"), l.Burst)
 }

@@ -357,7 +357,7 @@ func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
 	return err
 }
 
-// naiveBucket is the limiter the course warns about: the same token bucket,
+// naiveBucket is the limiter that breaks under concurrency: the same token bucket,
 // in the same integer units, decided in Go between a read (TIME and HMGET,
 // pipelined) and a write (HSET). Nothing holds the key in between, so calls
 // that read the same tokens each spend one and write back their own count.

@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate/tollgate/memorystore"
 )
 
-// The tuning rule of the second seed document: a refill rate slightly above
+// The tuning rule: a refill rate slightly above
 // the client's sustained p99 requests per second, so normal use never meets
 // the limit, and a bucket that absorbs 5 to 10 seconds of that p99, for a
 // batch job's retry or a page's burst of calls.
