@@ -1,9 +1,7 @@
 package server
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,22 +11,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/redisstore"
 )
-
-// records keeps the log records a test's server writes.
-type records struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	r.recs = append(r.recs, rec.Clone())
-	r.mu.Unlock()
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
 
 // TestFailureLogSampled: with Redis stopped, store failures are logged at
 // most once per log interval (the middleware's default unless
@@ -58,7 +40,7 @@ func TestFailureLogSampled(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			logs := &records{}
+			logs := &testkit.Logs{}
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			clock := testkit.NewClock(t0)
 			opts := append([]Option{WithClock(clock.Now), WithLogger(slog.New(logs))}, tc.opts...)
@@ -79,12 +61,11 @@ func TestFailureLogSampled(t *testing.T) {
 				ask(t, s, req("d", entries("k", "v")))
 			}
 
-			logs.mu.Lock()
-			defer logs.mu.Unlock()
-			if got, want := len(logs.recs), tc.wantRecords; got != want {
+			recs := logs.Records()
+			if got, want := len(recs), tc.wantRecords; got != want {
 				t.Fatalf("%d records, want %d", got, want)
 			}
-			for i, rec := range logs.recs {
+			for i, rec := range recs {
 				got := int64(-1)
 				rec.Attrs(func(a slog.Attr) bool {
 					if a.Key == guard.SkippedKey {

@@ -3,13 +3,13 @@ package ruleset_test
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -43,21 +43,6 @@ func TestSharedDeadline(t *testing.T) {
 	}
 }
 
-type records struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	r.recs = append(r.recs, rec.Clone())
-	r.mu.Unlock()
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
-
 // Failures are logged at most once per interval; the next record says how
 // many were left out.
 func TestFailureLogRateLimited(t *testing.T) {
@@ -67,7 +52,7 @@ func TestFailureLogRateLimited(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &records{}
+	logs := &testkit.Logs{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	e := ruleset.New(redisstore.New(client), ruleset.WithLogger(slog.New(logs)), ruleset.WithLogInterval(10*time.Second))
 	e.SetNow(func() time.Time { return now })
@@ -84,11 +69,12 @@ func TestFailureLogRateLimited(t *testing.T) {
 	}
 	now = now.Add(11 * time.Second)
 	r.Decide(context.Background(), "api:ip:192.0.2.1", policies, 1, nil)
-	if len(logs.recs) != 2 {
-		t.Fatalf("%d records, want 2", len(logs.recs))
+	recs := logs.Records()
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
 	}
 	var suppressed int64 = -1
-	logs.recs[1].Attrs(func(a slog.Attr) bool {
+	recs[1].Attrs(func(a slog.Attr) bool {
 		if a.Key == "similar_events_not_logged" {
 			suppressed = a.Value.Int64()
 		}
