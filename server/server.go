@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -27,7 +25,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/internal/ruleset"
 	"github.com/tollgate/tollgate/internal/storekey"
 )
 
@@ -56,10 +54,9 @@ type Server struct {
 	reloadMu sync.Mutex // one load at a time
 	storeUp  atomic.Bool
 	draining atomic.Bool
-	failLog  guard.Sampler
-	// deadlines bounds each request's store calls (see WithTimeout); nil
-	// for no deadline.
-	deadlines *guard.Deadlines
+	logEvery time.Duration
+	// engine spends each descriptor's limit: the step every door shares.
+	engine *ruleset.Engine
 }
 
 // snapshot is the rules in force and what the server keeps per rule.
@@ -70,6 +67,7 @@ type snapshot struct {
 
 type ruleState struct {
 	rule  *config.Rule
+	point ruleset.Point                   // the rule as the engine sees it
 	limit *pb.RateLimitResponse_RateLimit // shared by every response: read-only
 	// counters are made on first use, so that /metrics shows only the
 	// outcomes a rule has had.
@@ -112,7 +110,7 @@ func WithShadowMode(on bool) Option { return func(s *Server) { s.shadow = on } }
 // enforce.DefaultLogInterval, 10 s, as for the middleware); each record
 // says how many were left out since the previous one, in its
 // similar_events_not_logged attribute. 0 logs every failure.
-func WithLogInterval(d time.Duration) Option { return func(s *Server) { s.failLog.Every = d } }
+func WithLogInterval(d time.Duration) Option { return func(s *Server) { s.logEvery = d } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
@@ -143,15 +141,12 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: enforce.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
 		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
-	s.failLog.Every = enforce.DefaultLogInterval
+	s.logEvery = enforce.DefaultLogInterval
 	for _, o := range opts {
 		o(s)
 	}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.timeout > 0 {
-		s.deadlines = guard.NewDeadlines(s.timeout)
 	}
 	if s.failMode == enforce.FailDefault {
 		s.failMode = enforce.FailOpen
@@ -165,6 +160,7 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
+	s.engine = ruleset.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()
 	return s, nil
@@ -189,6 +185,7 @@ func (s *Server) SetRules(rules *config.Rules) {
 	for i, r := range all {
 		st := &sn.per[i]
 		st.rule = r
+		st.point = s.point(r)
 		if !r.Unlimited {
 			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
 		}
@@ -299,8 +296,8 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 		return nil, nil, err
 	}
 
-	dl := requestDeadline{ctx: ctx, deadlines: s.deadlines}
-	defer dl.release()
+	q := s.engine.Begin(ctx)
+	defer q.End()
 	descs := req.GetDescriptors()
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(descs))}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, len(descs))
@@ -310,7 +307,7 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 		st := &statuses[i]
 		resp.Statuses[i] = st
 		it := &items[i]
-		o, res, decided := s.answer(&dl, req, d, it, st)
+		o, res, decided := s.answer(&q, req, d, it, st)
 		if !decided {
 			continue
 		}
@@ -363,7 +360,7 @@ func (s *Server) match(sn *snapshot, req *pb.RateLimitRequest, items []item) []i
 // limits (no rule, a replaced rule, an unlimited rule), which is answered
 // OK and already counted; the rest are to be counted and added up by the
 // caller.
-func (s *Server) answer(dl *requestDeadline, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus) (o outcome, res tollgate.Result, decided bool) {
+func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus) (o outcome, res tollgate.Result, decided bool) {
 	r := it.rule
 	if r == nil || it.dropped {
 		st.Code = pb.RateLimitResponse_OK
@@ -384,7 +381,7 @@ func (s *Server) answer(dl *requestDeadline, req *pb.RateLimitRequest, d *rlv3.R
 	if r.DenyAll() {
 		o, res = s.denyAll(r, hits, st)
 	} else {
-		o, res = s.spendOrFail(dl.context(), req.Domain, d.GetEntries(), r, hits, st)
+		o, res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st)
 	}
 	if o == outcomeOverLimit && r.ShadowMode {
 		o = outcomeShadow
@@ -409,45 +406,6 @@ func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_Desc
 	res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
 	st.DurationUntilReset = roundUp(res.RetryAfter)
 	return o, res
-}
-
-// spendOrFail spends hits of r in the store, unless ctx has already
-// expired: then the request's deadline has passed (a store call of this
-// request timed out, or the caller is gone), and the descriptor is
-// answered by failure mode without a store call, so that one request
-// counts one timeout however many descriptors it has.
-func (s *Server) spendOrFail(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
-	if expired(ctx) {
-		s.m.storeSkipped.Inc()
-		return s.failureOutcome(r), tollgate.Result{Limit: r.Limit}
-	}
-	return s.spend(ctx, domain, entries, r, hits, st)
-}
-
-// requestDeadline is the context of one request's store calls. The
-// deadline of WithTimeout is armed on the first store call, so that
-// requests that make none take nothing from the shared timer, and it
-// bounds all of the request's calls together.
-type requestDeadline struct {
-	ctx       context.Context
-	deadlines *guard.Deadlines // nil for no deadline
-	cancel    context.CancelFunc
-}
-
-// context returns the context for a store call, arming the deadline on
-// the first call.
-func (dl *requestDeadline) context() context.Context {
-	if dl.cancel == nil && dl.deadlines != nil {
-		dl.ctx, dl.cancel = dl.deadlines.AnswerBy(dl.ctx)
-	}
-	return dl.ctx
-}
-
-// release frees the deadline, if one was armed.
-func (dl *requestDeadline) release() {
-	if dl.cancel != nil {
-		dl.cancel()
-	}
 }
 
 // tally adds up the answers of a request's descriptors.
@@ -518,89 +476,50 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 	return h
 }
 
-// spend makes one store call and fills st from its result.
-func (s *Server) spend(ctx context.Context, domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
-	key := counterKey(domain, entries, r)
-	n := cost(hits, r.Cost)
-	if n > r.Limit.Capacity() {
-		// More than the rule can ever admit at once: over the limit
-		// whatever the counter holds, so the store is not asked (a
-		// sliding window log would write an entry per hit), and
-		// waiting will not help: the longest honest wait.
-		return outcomeOverLimit, tollgate.Result{Limit: r.Limit, RetryAfter: r.Limit.Period}
-	}
-	start := time.Now()
-	res, err := s.store.AllowN(ctx, key, r.Limit, n)
-	s.m.storeDuration.Observe(time.Since(start).Seconds())
-	switch {
-	case err == nil:
-	case errors.Is(err, tollgate.ErrCostExceedsBurst):
-		// Checked above; should a store still say so, the same answer.
-		return outcomeOverLimit, tollgate.Result{Limit: r.Limit, RetryAfter: r.Limit.Period}
-	default:
-		return s.storeFailed(ctx, r, err), res
-	}
-	st.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
-	if !res.Allowed {
-		st.DurationUntilReset = roundUp(res.RetryAfter)
-		return outcomeOverLimit, res
-	}
-	if res.ResetAfter > 0 {
-		st.DurationUntilReset = roundUp(res.ResetAfter)
-	}
-	return outcomeOK, res
-}
-
-// storeFailed applies r's failure mode to a failed store call, and counts
-// and logs it.
-func (s *Server) storeFailed(ctx context.Context, r *config.Rule, err error) outcome {
-	if isTimeout(ctx, err) {
-		s.m.storeErrors[0].Inc()
+// spend spends hits of the rule of it through the engine and fills st
+// from its result.
+func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
+	r := it.rule
+	p := &ruleset.Point{}
+	if it.state != nil {
+		p = &it.state.point
 	} else {
-		s.m.storeErrors[1].Inc()
+		*p = s.point(r)
 	}
-	o := s.failureOutcome(r)
-	if ok, skipped := s.failLog.Allow(s.now()); ok {
-		s.log.Warn("store failed; answered by the rule's failure mode",
-			"rule", r.ID, "failure_mode", s.failureMode(r).String(), "answer", outcomeNames[o], "error", err.Error(), guard.Skipped(skipped))
+	step := q.Spend(p, "", counterKey(domain, entries, r), r.Limit, cost(hits, r.Cost))
+	res := step.Result
+	switch step.Outcome {
+	case ruleset.FailedOpen:
+		return outcomeFailOpen, res
+	case ruleset.FailedClosed:
+		return outcomeFailClosed, res
+	case ruleset.Allowed:
+		st.LimitRemaining = remaining(res)
+		if res.ResetAfter > 0 {
+			st.DurationUntilReset = roundUp(res.ResetAfter)
+		}
+		return outcomeOK, res
 	}
-	return o
+	if step.Err == nil { // not a cost above what the rule can ever admit
+		st.LimitRemaining = remaining(res)
+		st.DurationUntilReset = roundUp(res.RetryAfter)
+	}
+	return outcomeOverLimit, res
 }
 
-// failureMode is r's failure mode, or the server's when r has none.
-func (s *Server) failureMode(r *config.Rule) enforce.FailureMode {
-	if r.FailureMode == enforce.FailDefault {
-		return s.failMode
-	}
-	return r.FailureMode
+func remaining(res tollgate.Result) uint32 {
+	return uint32(min(max(res.Remaining, 0), math.MaxUint32))
 }
 
-// failureOutcome is how r answers when the store cannot.
-func (s *Server) failureOutcome(r *config.Rule) outcome {
-	if s.failureMode(r) == enforce.FailClosed {
-		return outcomeFailClosed
+// point is rule r as the engine sees it: its failure mode (the server's
+// when r has none), shadow mode, and the server's store metrics.
+func (s *Server) point(r *config.Rule) ruleset.Point {
+	mode := r.FailureMode
+	if mode == enforce.FailDefault {
+		mode = s.failMode
 	}
-	return outcomeFailOpen
-}
-
-// expired reports whether ctx is done or past its deadline. The store
-// sees the deadline (go-redis sets it on the socket) and can give up at it
-// before the shared timer of guard.Deadlines marks ctx done, up to a
-// millisecond later.
-func expired(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
-}
-
-func isTimeout(ctx context.Context, err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return ruleset.Point{Rule: r.ID, Mode: mode, DryRun: r.ShadowMode,
+		Latency: s.m.storeDuration, Errors: s.m.storeErrors[1], Timeouts: s.m.storeErrors[0], Skipped: s.m.storeSkipped}
 }
 
 func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o outcome) {

@@ -1,15 +1,13 @@
-// Package guard holds what every request path that calls a tollgate.Store
-// puts around the call, so that enforce (behind httplimit and grpclimit) and
-// server (tollgate serve) share one copy: a deadline shared by the calls
-// that start at about the same time (Deadlines), and a limit on how often
-// store failures are logged (Sampler).
+// Package guard holds the two pieces the decision engine (internal/ruleset)
+// puts around every store call (the sampler also paces the Redis client's
+// log in tollgate serve): a deadline shared by the calls that start at about
+// the same time (Deadlines), and a limit on how often failures are logged
+// (Sampler).
 //
-// A decision service, whose caller waits for the answer, bounds its calls
-// with AnswerBy: a reserve of the caller's time is kept for the answer.
-// Sampled logs share one cadence (DefaultInterval) and one name for the
-// count of records left out (SkippedKey). What a failure means — which
-// metric counts it, what the log message says — stays with each caller:
-// their metrics and messages are part of their interfaces.
+// Store calls are bounded with AnswerBy: the sooner of the shared deadline
+// and the caller's own, less a reserve of the caller's time for the
+// answer. Sampled logs share one cadence (DefaultInterval) and one name for
+// the count of records left out (SkippedKey).
 package guard
 
 import (
@@ -65,16 +63,6 @@ func NewDeadlines(timeout time.Duration) *Deadlines {
 // deadline, which is short, rather than pay for watching the parent.
 func (d *Deadlines) Context(parent context.Context) context.Context {
 	return &withValues{Context: d.current().ctx, values: parent}
-}
-
-// Bound is Context, except that when parent's own deadline comes first it
-// returns parent unchanged (its deadline and cancellation included).
-func (d *Deadlines) Bound(parent context.Context) context.Context {
-	ep := d.current()
-	if dl, ok := parent.Deadline(); ok && !dl.After(ep.deadline) {
-		return parent
-	}
-	return &withValues{Context: ep.ctx, values: parent}
 }
 
 // MaxReplyReserve is the most of a caller's remaining time that AnswerBy

@@ -91,25 +91,16 @@ func TestDeadlineFires(t *testing.T) {
 }
 
 // TestContextIgnoresParent: Context keeps neither the caller's deadline nor
-// its cancellation; Bound keeps the caller's context when its deadline is
-// sooner, and replaces it when it is later.
+// its cancellation (AnswerBy, tested below, is what honours them).
 func TestContextIgnoresParent(t *testing.T) {
 	t.Parallel()
 	d := NewDeadlines(time.Second)
 	soon, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	if got := d.Bound(soon); got != soon {
-		t.Error("Bound replaced a sooner deadline of the caller's")
-	}
 	ctx := d.Context(soon)
 	cancel()
 	if err := ctx.Err(); err != nil {
 		t.Errorf("Context's context ended with its caller's: %v", err)
-	}
-	late, cancelLate := context.WithTimeout(context.Background(), time.Hour)
-	defer cancelLate()
-	if dl, _ := d.Bound(late).Deadline(); dl.After(time.Now().Add(time.Second + d.step)) {
-		t.Errorf("Bound kept a later deadline of the caller's: %v", dl)
 	}
 }
 

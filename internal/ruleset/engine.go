@@ -1,7 +1,10 @@
-// Package ruleset is the rule machinery every transport shares: options,
-// rule checks, keys, the decision loop, the deadline, failure modes,
-// dry-run, metrics and sampled failure logs. It knows nothing of HTTP or
-// gRPC: httplimit and grpclimit each say which requests a rule matches
+// Package ruleset is the decision engine of every door and the rule
+// machinery the transports share. Engine is the one step that spends a
+// limit for a key — deadline, failure mode, dry run, store metrics, sampled
+// failure logs — and httplimit, grpclimit and the decision service (package
+// server) all decide through it. On top of it, Rules holds options, rule
+// checks, keys and the decision loop of the middleware. It knows nothing of
+// HTTP or gRPC: httplimit and grpclimit each say which requests a rule matches
 // (patterns, methods), where key values come from (headers, metadata, the
 // peer) and how a rejection is written (429 with a problem body,
 // RESOURCE_EXHAUSTED with RetryInfo); the rest is Rules, generic over the
@@ -10,7 +13,6 @@
 package ruleset
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -126,18 +128,6 @@ type Verdict struct {
 	Err error
 }
 
-// engine decides against one Store for any number of rules. It is safe for
-// concurrent use.
-type engine struct {
-	store     tollgate.Store
-	timeout   time.Duration
-	deadlines *guard.Deadlines
-	metrics   *Metrics
-	logger    *slog.Logger
-	now       func() time.Time
-	failLog   guard.Sampler // Every is the log interval
-}
-
 // settings are what the options set: the engine's, and those every
 // transport built on Rules reads.
 type settings struct {
@@ -218,28 +208,22 @@ func WithFailClosedRetryAfter(d time.Duration) Option {
 	return func(s *settings) { s.failRetryAfter = d }
 }
 
-func newEngine(store tollgate.Store, s settings) *engine {
-	e := &engine{store: store, timeout: s.timeout, metrics: s.metrics, logger: s.logger, now: s.now}
-	e.failLog.Every = s.logEvery
-	if e.timeout > 0 {
-		e.deadlines = guard.NewDeadlines(e.timeout)
-	}
-	return e
+func newEngine(store tollgate.Store, s settings) *Engine {
+	return NewEngine(store, s.timeout, s.logger, s.logEvery, s.now)
 }
 
 // rule is a prepared rule: its name, failure mode and dry-run flag, bound to
 // an engine and to its metrics. Made once per rule at start and shared.
 type rule struct {
-	e      *engine
 	name   string
-	mode   FailureMode
 	dryRun bool
 	m      ruleMetrics
+	point  Point
 }
 
 // rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
 // without ':' (it namespaces keys and labels metrics).
-func (e *engine) rule(name string, mode FailureMode, dryRun bool) (*rule, error) {
+func newRule(m *Metrics, name string, mode FailureMode, dryRun bool) (*rule, error) {
 	if err := checkName("rule", name); err != nil {
 		return nil, err
 	}
@@ -249,10 +233,11 @@ func (e *engine) rule(name string, mode FailureMode, dryRun bool) (*rule, error)
 	if mode == FailDefault {
 		mode = FailOpen // the default of Rules
 	}
-	r := &rule{e: e, name: name, mode: mode, dryRun: dryRun}
-	if e.metrics != nil {
-		r.m = e.metrics.forRule(name)
+	r := &rule{name: name, dryRun: dryRun}
+	if m != nil {
+		r.m = m.forRule(name)
 	}
+	r.point = Point{Rule: name, Mode: mode, DryRun: dryRun, Latency: r.m.latency, Errors: r.m.errors}
 	return r, nil
 }
 
@@ -301,42 +286,28 @@ func checkPolicies(policies []Policy) error {
 // the first that denies. It appends one headers.Decision per policy that
 // answered to dst (marked DryRun for a dry-run rule) and returns it with the
 // verdict.
-func (r *rule) decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
-	e := r.e
-	if e.deadlines != nil {
-		ctx = e.deadlines.Bound(ctx)
-	}
+func (r *rule) decide(q *Request, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
 	v := Verdict{Outcome: Allowed, Rule: r.name}
 	first := len(dst)
 	for _, p := range policies {
-		var start time.Time
-		if r.m.latency != nil {
-			start = time.Now()
-		}
-		res, err := e.store.AllowN(ctx, key, p.Limit, cost)
-		if r.m.latency != nil {
-			r.m.latency.Observe(time.Since(start).Seconds())
-		}
-		if err != nil {
-			if errors.Is(err, tollgate.ErrCostExceedsBurst) {
-				// Not a failure: this request can never pass.
-				v = Verdict{Outcome: Denied, Rule: r.name, Policy: p.Name, Result: res, Err: err}
-				if r.dryRun {
-					v.Outcome = DryRunDenied
-				}
-				break
-			}
-			return r.fail(ctx, p.Name, err), dst
-		}
-		dst = append(dst, headers.Decision{Policy: p.Name, Result: res, DryRun: r.dryRun})
-		if res.Allowed {
-			v.Delay = max(v.Delay, res.Delay)
+		st := q.Spend(&r.point, p.Name, key, p.Limit, cost)
+		switch st.Outcome {
+		case FailedOpen, FailedClosed:
+			v = Verdict{Outcome: st.Outcome, Rule: r.name, Policy: p.Name, Err: st.Err}
+			r.count(v.Outcome)
+			return v, dst
+		case Allowed:
+			dst = append(dst, headers.Decision{Policy: p.Name, Result: st.Result, DryRun: r.dryRun})
+			v.Delay = max(v.Delay, st.Result.Delay)
 			continue
 		}
-		v.Outcome = Denied
-		if r.dryRun {
-			v.Outcome = DryRunDenied
+		if st.Err != nil {
+			// Not a failure: this request can never pass.
+			v = Verdict{Outcome: st.Outcome, Rule: r.name, Policy: p.Name, Result: st.Result, Err: st.Err}
+			break
 		}
+		dst = append(dst, headers.Decision{Policy: p.Name, Result: st.Result, DryRun: r.dryRun})
+		v.Outcome = st.Outcome
 		break
 	}
 	if v.Err == nil {
@@ -368,45 +339,8 @@ func bindingAmong(ds []headers.Decision) int {
 	return headers.Binding(tmp)
 }
 
-func (r *rule) fail(ctx context.Context, policy string, err error) Verdict {
-	v := Verdict{Outcome: FailedOpen, Rule: r.name, Policy: policy, Err: err}
-	if r.mode == FailClosed && !r.dryRun {
-		v.Outcome = FailedClosed
-	}
-	if r.m.errors != nil {
-		r.m.errors.Inc()
-	}
-	r.count(v.Outcome)
-	r.e.logFailure(ctx, r, policy, v.Outcome, err)
-	return v
-}
-
 func (r *rule) count(o Outcome) {
 	if c := r.m.decisions[o]; c != nil {
 		c.Inc()
 	}
-}
-
-// logFailure logs a store failure unless one was logged less than the log
-// interval ago; the next record reports how many were left out.
-// The key is not logged: it may be an API key.
-func (e *engine) logFailure(ctx context.Context, r *rule, policy string, o Outcome, err error) {
-	ok, skipped := e.failLog.Allow(e.now())
-	if !ok {
-		return
-	}
-
-	msg := "tollgate: store failed; request let through (fail-open)"
-	if o == FailedClosed {
-		msg = "tollgate: store failed; request rejected (fail-closed)"
-	}
-	// WithoutCancel: the record must not be dropped by a handler that
-	// checks the (probably expired) request context.
-	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, msg,
-		slog.String("rule", r.name),
-		slog.String("policy", policy),
-		slog.String("outcome", o.String()),
-		slog.String("error", err.Error()),
-		guard.Skipped(skipped),
-	)
 }

@@ -8,27 +8,37 @@ import (
 	"github.com/tollgate/tollgate/headers"
 )
 
-// Engine, New, Rule and Decide expose the engine under the decision loop
+// New, Rule, Decide and Deadline expose the engine under the decision loop
 // of Rules to the external tests.
-type Engine = engine
-
 func New(store tollgate.Store, opts ...Option) *Engine { return newEngine(store, newSettings(opts)) }
 
-func (e *engine) Rule(name string, mode FailureMode, dryRun bool) (*rule, error) {
-	return e.rule(name, mode, dryRun)
+// TestRule is a prepared rule on an engine.
+type TestRule struct {
+	e *Engine
+	r *rule
 }
 
-func (r *rule) Decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
-	return r.decide(ctx, key, policies, cost, dst)
+func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (TestRule, error) {
+	r, err := newRule(nil, name, mode, dryRun)
+	return TestRule{e, r}, err
+}
+
+func (r TestRule) Decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
+	q := r.e.Begin(ctx)
+	defer q.End()
+	return r.r.decide(&q, key, policies, cost, dst)
 }
 
 // FailureMode is the rule's failure mode after defaults.
-func (r *rule) FailureMode() FailureMode { return r.mode }
+func (r TestRule) FailureMode() FailureMode { return r.r.point.Mode }
 
-// Bound exposes the shared-deadline context for tests.
-func (e *engine) Bound(ctx context.Context) context.Context { return e.deadlines.Bound(ctx) }
+// Deadline is the context a request's store calls get.
+func (e *Engine) Deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	q := e.Begin(ctx)
+	return q.context(), q.End
+}
 
 // SetNow replaces the clock used to rate-limit logs.
-func (e *engine) SetNow(now func() time.Time) { e.now = now }
+func (e *Engine) SetNow(now func() time.Time) { e.now = now }
 
 var CheckPolicies = checkPolicies

@@ -43,9 +43,10 @@ type Spec[Req any] struct {
 // the decision loop every transport shares. Make it with NewRules at start;
 // it is safe for concurrent use.
 type Rules[Req any] struct {
-	rules []prepared[Req]
-	set   settings
-	pkg   string // starts error messages
+	rules  []prepared[Req]
+	engine *Engine
+	set    settings
+	pkg    string // starts error messages
 }
 
 type prepared[Req any] struct {
@@ -74,11 +75,10 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		}
 		set.metrics = m
 	}
-	engine := newEngine(store, set)
-	rs := &Rules[Req]{set: set, pkg: pkg}
+	rs := &Rules[Req]{engine: newEngine(store, set), set: set, pkg: pkg}
 	seen := map[string]bool{}
 	for _, s := range specs {
-		p, err := prepare(engine, def, s)
+		p, err := prepare(set.metrics, def, s)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pkg, err)
 		}
@@ -91,8 +91,8 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 	return rs, nil
 }
 
-func prepare[Req any](engine *engine, def Key[Req], s Spec[Req]) (prepared[Req], error) {
-	r, err := engine.rule(s.Name, s.FailureMode, s.DryRun)
+func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], error) {
+	r, err := newRule(m, s.Name, s.FailureMode, s.DryRun)
 	if err != nil {
 		return prepared[Req]{}, err
 	}
@@ -122,6 +122,8 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		keyBuf [160]byte
 		delay  time.Duration
 	)
+	q := rs.engine.Begin(ctx)
+	defer q.End()
 	for i := range rs.rules {
 		p := &rs.rules[i]
 		if p.applies != nil && !p.applies(req) {
@@ -145,7 +147,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 			continue
 		}
 		var v Verdict
-		v, dst = p.r.decide(ctx, storekey.String(b, len(p.prefix)), policies, cost, dst)
+		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst)
 		if v.Outcome.Blocks() {
 			return v, dst
 		}

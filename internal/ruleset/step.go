@@ -1,0 +1,215 @@
+package ruleset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/guard"
+)
+
+// Engine is the one step behind every door: httplimit's and grpclimit's
+// rules (Rules) and the decision service (package server) spend a limit for
+// a key through it, and nothing else calls the store to decide. Around the
+// store call it puts what a decision needs wherever it comes from:
+//
+//   - a deadline: the sooner of the engine's timeout and the caller's own
+//     deadline less a reserve for the answer (guard.Deadlines.AnswerBy),
+//     shared by every store call of one request (Request);
+//   - a cost above what the limit can ever admit is denied without a store
+//     call (tollgate.ErrCostExceedsBurst), so a sliding log never writes an
+//     entry per hit of a request that cannot pass;
+//   - the rule's failure mode when the store fails or the deadline passes,
+//     and no further store call for a request whose deadline has passed, so
+//     one slow request counts one timeout however many limits it spends;
+//   - dry run (shadow mode): decided and reported, never blocking;
+//   - store latency, errors and skipped calls in the caller's metrics
+//     (Point), and failures logged at most once per log interval.
+//
+// Store keys are made by each door (their namespaces differ) and hashed
+// when too long by one function, internal/storekey.
+type Engine struct {
+	store     tollgate.Store
+	deadlines *guard.Deadlines // nil: no deadline of the engine's own
+	logger    *slog.Logger
+	now       func() time.Time
+	failLog   guard.Sampler
+}
+
+// NewEngine returns an Engine spending in store. timeout bounds each
+// request's store calls (0: only the caller's deadline does); failures are
+// logged to logger at most once per logEvery, paced by now.
+func NewEngine(store tollgate.Store, timeout time.Duration, logger *slog.Logger, logEvery time.Duration, now func() time.Time) *Engine {
+	e := &Engine{store: store, logger: logger, now: now}
+	e.failLog.Every = logEvery
+	if timeout > 0 {
+		e.deadlines = guard.NewDeadlines(timeout)
+	}
+	return e
+}
+
+// Point is what the engine knows of the rule it spends for: set once per
+// rule and reused.
+type Point struct {
+	// Rule names the rule in failure logs.
+	Rule string
+	// Mode is FailOpen or FailClosed (FailDefault fails open).
+	Mode FailureMode
+	// DryRun rules never block: a denial is DryRunDenied, a store failure
+	// FailedOpen.
+	DryRun bool
+	// Latency observes each store call; Errors counts failed calls and
+	// Timeouts those that missed the deadline (Errors if nil); Skipped
+	// counts calls not made because the request's deadline had passed.
+	// Any may be nil.
+	Latency  prometheus.Observer
+	Errors   prometheus.Counter
+	Timeouts prometheus.Counter
+	Skipped  prometheus.Counter
+}
+
+// Step is the outcome of one spend.
+type Step struct {
+	// Outcome is Allowed, Denied, DryRunDenied, FailedOpen or FailedClosed.
+	Outcome Outcome
+	// Result is the store's answer; after a failure, only its Limit is set.
+	Result tollgate.Result
+	// Err is why the store did not decide (FailedOpen, FailedClosed), or
+	// for a denial, tollgate.ErrCostExceedsBurst when the cost exceeds what
+	// the limit can ever admit.
+	Err error
+}
+
+// Request is one request's way through the engine: its store calls share
+// one deadline, armed on the first call, so requests that make none take
+// nothing from the shared timer. Make it with Begin and call End when done.
+type Request struct {
+	e      *Engine
+	ctx    context.Context
+	cancel context.CancelFunc
+	armed  bool
+}
+
+// Begin starts a request whose caller's context is ctx.
+func (e *Engine) Begin(ctx context.Context) Request { return Request{e: e, ctx: ctx} }
+
+// End releases the request's deadline.
+func (q *Request) End() {
+	if q.cancel != nil {
+		q.cancel()
+	}
+}
+
+// context returns the context of the request's store calls.
+func (q *Request) context() context.Context {
+	if !q.armed {
+		q.armed = true
+		q.ctx, q.cancel = q.e.deadlines.AnswerBy(q.ctx)
+	}
+	return q.ctx
+}
+
+// Spend spends n (0 looks) of l for key on behalf of the rule at p, whose
+// policy (if it has named ones) is named in failure logs.
+func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) Step {
+	if c := l.Capacity(); c > 0 && n > c {
+		// Over whatever the counter holds, and waiting will not help: the
+		// longest honest wait.
+		err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
+		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}
+	}
+	ctx := q.context()
+	if expired(ctx) {
+		// A store call of this request timed out, or the caller is gone.
+		if p.Skipped != nil {
+			p.Skipped.Inc()
+		}
+		return q.e.fail(ctx, p, policy, l, context.DeadlineExceeded, false)
+	}
+	var start time.Time
+	if p.Latency != nil {
+		start = time.Now()
+	}
+	res, err := q.e.store.AllowN(ctx, key, l, n)
+	if p.Latency != nil {
+		p.Latency.Observe(time.Since(start).Seconds())
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, tollgate.ErrCostExceedsBurst):
+		// A store that counts capacity its own way: the same answer.
+		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}
+	default:
+		return q.e.fail(ctx, p, policy, l, err, true)
+	}
+	if res.Allowed {
+		return Step{Outcome: Allowed, Result: res}
+	}
+	return Step{Outcome: deny(p), Result: res}
+}
+
+func deny(p *Point) Outcome {
+	if p.DryRun {
+		return DryRunDenied
+	}
+	return Denied
+}
+
+// fail answers a store call that failed (called) or was not made by p's
+// failure mode, counts it and logs it (sampled). The key is not logged: it
+// may be an API key.
+func (e *Engine) fail(ctx context.Context, p *Point, policy string, l tollgate.Limit, err error, called bool) Step {
+	st := Step{Outcome: FailedOpen, Result: tollgate.Result{Limit: l}, Err: err}
+	if p.Mode == FailClosed && !p.DryRun {
+		st.Outcome = FailedClosed
+	}
+	if !called {
+		return st
+	}
+	c := p.Errors
+	if p.Timeouts != nil && isTimeout(ctx, err) {
+		c = p.Timeouts
+	}
+	if c != nil {
+		c.Inc()
+	}
+	ok, skipped := e.failLog.Allow(e.now())
+	if !ok {
+		return st
+	}
+	attrs := []slog.Attr{slog.String("rule", p.Rule)}
+	if policy != "" {
+		attrs = append(attrs, slog.String("policy", policy))
+	}
+	attrs = append(attrs, slog.String("outcome", st.Outcome.String()), slog.String("error", err.Error()), guard.Skipped(skipped))
+	// WithoutCancel: the record must not be dropped by a handler that
+	// checks the (probably expired) request context.
+	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: store failed; answered by the rule's failure mode", attrs...)
+	return st
+}
+
+// expired reports whether ctx is done or past its deadline. The store
+// sees the deadline (go-redis sets it on the socket) and can give up at it
+// before the shared timer of guard.Deadlines marks ctx done, up to a
+// millisecond later.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+func isTimeout(ctx context.Context, err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
