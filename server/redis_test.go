@@ -42,7 +42,7 @@ func TestPipelinedRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := config.Parse("r.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: closed\n    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: closed}\n"))
+	rules, err := config.Parse("r.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: closed\n    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: closed}\n  - key: shadow\n    shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: closed}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +86,10 @@ func TestPipelinedRedis(t *testing.T) {
 		}
 		if got, want := codesOf(r), "OVER_LIMIT: OVER_LIMIT"; got != want {
 			t.Errorf("paused Redis, failure_mode closed: %s, want %s", got, want)
+		}
+		// A shadow rule never blocks, not even when it fails closed.
+		if got, want := codesOf(ask(t, short, req("d", entries("shadow", "x")))), "OK: OK"; got != want {
+			t.Errorf("paused Redis, shadow rule failing closed: %s, want %s", got, want)
 		}
 	}
 }
