@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/ruleset"
@@ -134,6 +136,64 @@ func TestRuleFailureMode(t *testing.T) {
 			if got, want := r.FailureMode(), tc.want; got != want {
 				t.Errorf("Rule(%v).FailureMode() = %v, want %v", tc.in, got, want)
 			}
+		}
+	}
+}
+
+// TestOneTimeoutPerRequest: the store calls of one request share one
+// deadline, and once it has passed the engine makes no further call: a
+// request through two rules of two policies each, with Redis paused, costs
+// one store timeout, not four, and every rule answers by its failure mode.
+func TestOneTimeoutPerRequest(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewServer(t)
+	client := srv.Client(t)
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	reg := prometheus.NewRegistry()
+	key := ruleset.FuncKey("tenant", func(int) (string, bool) { return "t1", true })
+	policies := []ruleset.Policy{{Name: "second", Limit: tollgate.PerSecond(10)}, {Name: "day", Limit: tollgate.PerDay(1000)}}
+	rules, err := ruleset.NewRules("test", "t", redisstore.New(client), key, []ruleset.Spec[int]{
+		{Name: "a", Policies: policies}, {Name: "b", Policies: policies},
+	}, ruleset.WithTimeout(50*time.Millisecond), ruleset.WithRegistry(reg), ruleset.WithLogger(slog.New(&testkit.Logs{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := rules.Decide(context.Background(), 0, nil)
+	if got, want := v.Outcome, ruleset.Allowed; got != want {
+		t.Errorf("outcome %v, want %v (both rules fail open)", got, want)
+	}
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"tollgate_t_store_errors_total,rule=a":                1,
+		"tollgate_t_store_errors_total,rule=b":                0,
+		"tollgate_t_store_duration_seconds,rule=a":            1,
+		"tollgate_t_store_duration_seconds,rule=b":            0,
+		"tollgate_t_decisions_total,outcome=fail_open,rule=a": 1,
+		"tollgate_t_decisions_total,outcome=fail_open,rule=b": 1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}
 	}
 }
