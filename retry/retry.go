@@ -103,10 +103,15 @@ func WithStatuses(codes ...int) Option {
 // servers that do nothing with a request they answer 429 or 503 to.
 func RetryNonIdempotent() Option { return func(t *Transport) { t.nonIdempotent = true } }
 
-// WithClock replaces the clock and the wait, for tests and simulations:
-// now tells the time, sleep waits d or until ctx ends.
-func WithClock(now func() time.Time, sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(t *Transport) { t.now, t.sleep = now, sleep }
+// WithClock sets the clock (default time.Now) that an HTTP-date
+// Retry-After is measured from.
+func WithClock(now func() time.Time) Option { return func(t *Transport) { t.now = now } }
+
+// WithSleep replaces how the transport waits before a retry (default: a
+// timer): sleep waits d or until ctx ends, and returns ctx's error if it
+// ended first. Tests and simulations pass one that advances their clock.
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(t *Transport) { t.sleep = sleep }
 }
 
 // WithRandom replaces the jitter's randomness: random(n) returns a number in

@@ -110,7 +110,7 @@ func TestWaits(t *testing.T) {
 			t.Parallel()
 			ft := newFakeTime()
 			srv, _ := scripted(t, tc.replies...)
-			opts := append([]retry.Option{retry.WithClock(ft.Now, ft.Sleep), retry.WithRandom(maxRandom)}, tc.opts...)
+			opts := append([]retry.Option{retry.WithClock(ft.Now), retry.WithSleep(ft.Sleep), retry.WithRandom(maxRandom)}, tc.opts...)
 			client := &http.Client{Transport: retry.NewTransport(nil, opts...)}
 			req, _ := http.NewRequest(tc.method, srv.URL, nil)
 			resp, err := client.Do(req)
@@ -135,7 +135,7 @@ func TestFullJitter(t *testing.T) {
 	ft := newFakeTime()
 	srv, _ := scripted(t, reply{429, nil})
 	rng := rand.New(rand.NewPCG(1, 2))
-	tr := retry.NewTransport(nil, retry.WithClock(ft.Now, ft.Sleep), retry.WithRandom(rng.Int64N),
+	tr := retry.NewTransport(nil, retry.WithClock(ft.Now), retry.WithSleep(ft.Sleep), retry.WithRandom(rng.Int64N),
 		retry.WithMaxAttempts(40), retry.WithMaxElapsed(0), retry.WithBackoff(time.Second, 8*time.Second))
 	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
 	if err != nil {
@@ -167,7 +167,7 @@ func TestBodies(t *testing.T) {
 	t.Parallel()
 	ft := newFakeTime()
 	srv, bodies := scripted(t, reply{503, map[string]string{"Retry-After": "1"}}, reply{200, nil})
-	client := &http.Client{Transport: retry.NewTransport(nil, retry.WithClock(ft.Now, ft.Sleep))}
+	client := &http.Client{Transport: retry.NewTransport(nil, retry.WithClock(ft.Now), retry.WithSleep(ft.Sleep))}
 
 	req, _ := http.NewRequest("PUT", srv.URL, strings.NewReader("payload"))
 	resp, err := client.Do(req)
@@ -209,7 +209,7 @@ func TestContext(t *testing.T) {
 	// instead of waiting in vain.
 	srv, bodies := scripted(t, reply{429, map[string]string{"Retry-After": "10"}}, reply{200, nil})
 	ft := newFakeTime()
-	client := &http.Client{Transport: retry.NewTransport(nil, retry.WithClock(time.Now, ft.Sleep))}
+	client := &http.Client{Transport: retry.NewTransport(nil, retry.WithSleep(ft.Sleep))}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
@@ -228,7 +228,7 @@ func TestContext(t *testing.T) {
 	defer cancelNow()
 	sleepCancels := func(ctx context.Context, d time.Duration) error { cancelNow(); return ctx.Err() }
 	req, _ = http.NewRequestWithContext(canceled, "GET", srv2.URL, nil)
-	_, err = (&http.Client{Transport: retry.NewTransport(nil, retry.WithClock(time.Now, sleepCancels))}).Do(req)
+	_, err = (&http.Client{Transport: retry.NewTransport(nil, retry.WithSleep(sleepCancels))}).Do(req)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled during the wait: %v, want context.Canceled", err)
 	}
