@@ -36,7 +36,11 @@ type Result struct {
 // fails) belongs to the caller; a Store only counts.
 //
 // Implementations check every request with CheckRequest before touching any
-// state, so an invalid key, limit or cost changes nothing.
+// state, so an invalid key, limit or cost changes nothing, and decide with
+// the Params it returns. Both live here, beside the interface, rather than
+// in an internal package: a Store written outside this module (another
+// database) must refuse and reduce limits exactly as memorystore and
+// redisstore do, and could not import an internal package.
 type Store interface {
 	// AllowN decides whether key may spend n under limit now, and spends it
 	// if so. n == 0 spends nothing and reports the key's state (the Result
