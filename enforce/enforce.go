@@ -36,7 +36,7 @@ import (
 	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
-// DefaultTimeout bounds each rule's store calls when no WithTimeout is given
+// DefaultTimeout bounds each request's store calls when no WithTimeout is given
 // (50 ms): long enough for a Redis round trip under load, short enough that
 // a hung Redis cannot hold requests. Requests starting within 1/8 of it (at
 // most 1 ms) share one timer, so each gets between 50 and 51 ms.

@@ -177,9 +177,11 @@ type Limiter struct {
 // transport shares.
 type Option = ruleset.Option
 
-// WithTimeout bounds each rule's store calls with a deadline of d (default
-// enforce.DefaultTimeout, 50 ms), so that a slow or hung Redis cannot hold
-// calls; past it the rule's failure mode applies. Calls starting within
+// WithTimeout bounds the store calls of each call's rules, together, with a
+// deadline of d (default enforce.DefaultTimeout, 50 ms), or the client's
+// own deadline less a reserve for the answer when that comes sooner, so
+// that a slow or hung Redis cannot hold calls; past it each rule's failure
+// mode applies, without further store calls. Calls starting within
 // d/8 (at most 1 ms) of each other share one timer. 0 removes the deadline
 // (for memorystore, which never waits).
 func WithTimeout(d time.Duration) Option { return ruleset.WithTimeout(d) }

@@ -148,9 +148,11 @@ func shared(o ruleset.Option) Option {
 	return func(os *options) { os.shared = append(os.shared, o) }
 }
 
-// WithTimeout bounds each rule's store calls with a deadline of d (default
-// enforce.DefaultTimeout, 50 ms), so that a slow or hung Redis cannot hold
-// requests; past it the rule's failure mode applies. Requests starting
+// WithTimeout bounds the store calls of each request's rules, together,
+// with a deadline of d (default enforce.DefaultTimeout, 50 ms), or the
+// request context's own deadline less a reserve when that comes sooner, so
+// that a slow or hung Redis cannot hold requests; past it each rule's
+// failure mode applies, without further store calls. Requests starting
 // within d/8 (at most 1 ms) of each other share one timer. 0 removes the
 // deadline (for memorystore, which never waits).
 func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }

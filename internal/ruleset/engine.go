@@ -160,9 +160,11 @@ func newSettings(opts []Option) settings {
 // grpclimit), which all take the same options.
 type Option func(*settings)
 
-// WithTimeout bounds the store calls of each rule's decision with a deadline
-// of d (DefaultTimeout: 50 ms), so that a slow or hung store cannot hold the
-// request; past it the rule's failure mode applies. To save a timer per
+// WithTimeout bounds the store calls of each request, all its rules
+// together, with a deadline of d (DefaultTimeout: 50 ms), or the caller's
+// own deadline less a reserve for the answer when that comes sooner (see
+// Engine), so that a slow or hung store cannot hold the request; past it
+// each rule's failure mode applies, without further store calls. To save a timer per
 // request, requests starting within d/8 (at most 1 ms) of each other share
 // one deadline: each gets between d and d + min(d/8, 1 ms). 0 removes the
 // deadline: only for a store that never waits, such as memorystore.
