@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -46,6 +47,13 @@ type Server struct {
 	now      func() time.Time
 	health   *health.Server
 	flavor   headers.Flavor
+	// envoy's deployment surface (see envoy.go)
+	envoy          *envoyStats
+	nearLimitRatio float64
+	compat         bool
+	quotaMode      bool
+	metadata       bool
+	headerNames    map[string]string // header field → name it is sent as
 
 	// bounds on one request (see limits.go)
 	maxDescriptors, maxEntries, maxHits, maxBytes int
@@ -68,6 +76,7 @@ type snapshot struct {
 type ruleState struct {
 	rule  *config.Rule
 	point ruleset.Point                   // the rule as the engine sees it
+	envoy envoyCounters                   // envoy's statistics of the rule
 	limit *pb.RateLimitResponse_RateLimit // shared by every response: read-only
 	// counters are made on first use, so that /metrics shows only the
 	// outcomes a rule has had.
@@ -140,6 +149,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: enforce.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
+		nearLimitRatio: DefaultNearLimitRatio,
 		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
 	s.logEvery = enforce.DefaultLogInterval
 	for _, o := range opts {
@@ -155,11 +165,20 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 		s.reg = prometheus.NewRegistry()
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	if err := s.checkEnvoyOptions(); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(s.reg)
 	if err != nil {
 		return nil, err
 	}
 	s.m = m
+	s.envoy = newEnvoyStats()
+	for _, c := range s.envoy.collectors() {
+		if err := s.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("server: register metrics: %w", err)
+		}
+	}
 	s.engine = ruleset.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()
@@ -229,8 +248,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if len(h) > 0 {
 		resp.ResponseHeadersToAdd = make([]*core.HeaderValue, 0, len(h))
 		for _, name := range headerOrder {
-			if v := h[name]; len(v) > 0 {
-				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &core.HeaderValue{Key: wireName[name], Value: v[0]})
+			key, wire := s.headerName(name)
+			if v := h[key]; len(v) > 0 {
+				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &core.HeaderValue{Key: wire, Value: v[0]})
 			}
 		}
 	}
@@ -312,12 +332,16 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 			continue
 		}
 		s.count(it, d.GetEntries(), o)
-		t.add(it.rule, st)
+		s.countHits(s.statsFor(it, d.GetEntries()), it.rule, o, cost(hitsOf(req, d), it.rule.Cost), res)
+		t.add(it.rule, st, s.quotaMode)
 		if s.flavor != 0 && (o == outcomeOK || o == outcomeOverLimit || o == outcomeShadow) {
 			t.hds = append(t.hds, headerDecision(it.rule, o, res))
 		}
 	}
 	resp.OverallCode = s.overall(api, &t)
+	if s.metadata {
+		resp.DynamicMetadata = requestMetadata(req)
+	}
 	return resp, s.header(t.hds, resp.OverallCode), nil
 }
 
@@ -416,8 +440,8 @@ type tally struct {
 }
 
 // add counts the answer st of a descriptor of rule r.
-func (t *tally) add(r *config.Rule, st *pb.RateLimitResponse_DescriptorStatus) {
-	if r.QuotaMode {
+func (t *tally) add(r *config.Rule, st *pb.RateLimitResponse_DescriptorStatus, quotaMode bool) {
+	if r.QuotaMode || quotaMode {
 		t.quota++
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			t.quotaOver++
@@ -473,6 +497,15 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 	}
 	h := make(http.Header, 3)
 	headers.Write(h, s.flavor, s.now(), hds...)
+	if s.compat {
+		h.Del(headers.RetryAfterField) // envoy's answers carry none
+	}
+	for field, name := range s.headerNames {
+		if v, ok := h[field]; ok {
+			delete(h, field)
+			h[http.CanonicalHeaderKey(name)] = v
+		}
+	}
 	return h
 }
 
@@ -486,7 +519,8 @@ func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLi
 	} else {
 		*p = s.point(r)
 	}
-	step := q.Spend(p, "", counterKey(domain, entries, r), r.Limit, cost(hits, r.Cost))
+	key := counterKey(domain, entries, r)
+	step := q.Spend(p, "", key, r.Limit, cost(hits, r.Cost))
 	res := step.Result
 	switch step.Outcome {
 	case ruleset.FailedOpen:
@@ -503,6 +537,10 @@ func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLi
 	if step.Err == nil { // not a cost above what the rule can ever admit
 		st.LimitRemaining = remaining(res)
 		st.DurationUntilReset = roundUp(res.RetryAfter)
+		if s.compat {
+			s.spendDenied(q, p, key, r, res)
+			st.LimitRemaining = 0
+		}
 	}
 	return outcomeOverLimit, res
 }
@@ -710,4 +748,5 @@ func (s *Server) updateReady() {
 	s.m.storeUp.Set(up)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus("ratelimit", st) // the name envoyproxy/ratelimit registers
 }

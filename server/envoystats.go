@@ -1,0 +1,160 @@
+package server
+
+import (
+	"math"
+	"strings"
+	"sync/atomic"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+)
+
+// DefaultNearLimitRatio is the share of a limit past which hits count as
+// near_limit, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO (0.8).
+const DefaultNearLimitRatio = 0.8
+
+// envoyStats are envoyproxy/ratelimit's per-rule statistics, named as its
+// Prometheus exporter names them (ratelimit.service.rate_limit.<domain>.
+// <key1>.<key2>…<stat> becomes ratelimit_service_rate_limit_<stat>{domain,
+// key1, key2}), so that dashboards and alerts built on them keep working.
+// Like envoy's, they count hits, not requests: a request of 3 hits adds 3
+// to total_hits.
+type envoyStats struct {
+	vecs [numEnvoyStats]*prometheus.CounterVec
+}
+
+const (
+	statTotalHits = iota
+	statOverLimit
+	statNearLimit
+	statWithinLimit
+	statShadowMode
+	numEnvoyStats
+)
+
+var envoyStatNames = [numEnvoyStats]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
+
+var envoyStatHelp = [numEnvoyStats]string{
+	"Hits of every descriptor a rule limits, as envoyproxy/ratelimit counts them (labels: the rule's statistics name split as envoy's Prometheus mapping splits it).",
+	"Hits over the limit (shadow_mode rules included).",
+	"Hits between NEAR_LIMIT_RATIO (--near-limit-ratio) of the limit and the limit.",
+	"Hits within the limit.",
+	"Hits over the limit of shadow_mode rules, answered OK.",
+}
+
+func newEnvoyStats() *envoyStats {
+	e := &envoyStats{}
+	for i := range numEnvoyStats {
+		e.vecs[i] = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_" + envoyStatNames[i], Help: envoyStatHelp[i],
+		}, []string{"domain", "key1", "key2"})
+	}
+	return e
+}
+
+func (e *envoyStats) collectors() []prometheus.Collector {
+	cs := make([]prometheus.Collector, numEnvoyStats)
+	for i, v := range e.vecs {
+		cs[i] = v
+	}
+	return cs
+}
+
+// ruleStats are one statistics name's counters.
+type ruleStats [numEnvoyStats]prometheus.Counter
+
+// forName returns the counters of the statistics name id (domain.key1.key2…)
+// of a rule of domain: key1 and key2 are the first two dot-separated parts
+// after the domain (key2 empty when there is one), as envoy's default
+// Prometheus mapping reads them.
+func (e *envoyStats) forName(domain, id string) *ruleStats {
+	rest := strings.TrimPrefix(strings.TrimPrefix(id, domain), ".")
+	key1, key2, _ := strings.Cut(rest, ".")
+	key2, _, _ = strings.Cut(key2, ".")
+	key1, key2 = sanitizeStat(key1), sanitizeStat(key2)
+	var rs ruleStats
+	for i, v := range e.vecs {
+		rs[i] = v.WithLabelValues(domain, key1, key2)
+	}
+	return &rs
+}
+
+// sanitizeStat replaces what envoy's statistics names cannot hold (':'
+// and '|') by '_', as envoy does.
+func sanitizeStat(s string) string {
+	if !strings.ContainsAny(s, ":|") {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r == ':' || r == '|' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// envoyCounters are a rule state's statistics, made on first use.
+type envoyCounters struct {
+	p atomic.Pointer[ruleStats]
+}
+
+// statsFor returns the statistics of a descriptor with entries of rule it.
+func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *ruleStats {
+	r := it.rule
+	if it.state != nil && !r.HasValueToMetric() {
+		if rs := it.state.envoy.p.Load(); rs != nil {
+			return rs
+		}
+		rs := s.envoy.forName(r.Domain, r.ID)
+		it.state.envoy.p.Store(rs)
+		return rs
+	}
+	return s.envoy.forName(r.Domain, config.MetricID(r, entries))
+}
+
+// countHits adds a decided descriptor's n hits to the statistics of its
+// rule as envoyproxy/ratelimit counts them. Its counter stands at "before"
+// hits when the request came and "after" with its n hits added, decided or
+// not (the limit's capacity less what the result says remains); hits past
+// the limit are over_limit, hits between the near-limit threshold and the
+// limit near_limit.
+func (s *Server) countHits(rs *ruleStats, r *config.Rule, o outcome, n int, res tollgate.Result) {
+	hits := uint64(max(n, 0))
+	rs[statTotalHits].Add(float64(hits))
+	if o != outcomeOK && o != outcomeOverLimit && o != outcomeShadow {
+		return // failure modes: the store did not say where the counter stands
+	}
+	limit := uint64(max(r.Limit.Capacity(), 0))
+	if r.DenyAll() {
+		limit = 0
+	}
+	near := uint64(math.Floor(float64(float32(limit) * float32(s.nearLimitRatio))))
+	left := min(uint64(max(res.Remaining, 0)), limit)
+	var before, after uint64
+	if o == outcomeOK {
+		after = limit - left
+		before = after - min(hits, after)
+	} else {
+		before = limit - left
+		after = before + hits
+	}
+	if o == outcomeOK {
+		rs[statWithinLimit].Add(float64(hits))
+		if after > near {
+			rs[statNearLimit].Add(float64(after - max(near, before)))
+		}
+		return
+	}
+	over := hits
+	if before < limit {
+		over = after - limit
+		rs[statNearLimit].Add(float64(limit - max(near, before)))
+	}
+	rs[statOverLimit].Add(float64(over))
+	if o == outcomeShadow {
+		rs[statShadowMode].Add(float64(over))
+	}
+}
