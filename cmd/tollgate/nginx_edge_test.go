@@ -234,7 +234,8 @@ func TestNginxEdge(t *testing.T) {
 
 	t.Run("flood from one address", func(t *testing.T) {
 		// Several connections at once, kept alive, from one address: as
-		// fast as this machine sends, which is far above the edge's rate.
+		// fast as this machine sends, usually far above the edge's rate.
+		// The bounds below hold at any speed: a slow machine passes more.
 		const workers = 8
 		n := 4 * (conf.burst + 1)
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
