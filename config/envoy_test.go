@@ -1,0 +1,243 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+)
+
+// envoyNames holds rules shaped as those envoyproxy/ratelimit checks its
+// statistics' names against (test/config/config_test.go there: its
+// detailed_metric, value_to_metric and share_threshold tests); the names
+// expected below are the ones those tests assert.
+const envoyNames = `
+domain: test-domain
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: nested
+    value: parent
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 200}
+  - key: files
+    value: top/*
+    share_threshold: true
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 300}
+  - key: route
+    value: api/*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: service
+    value: svc/*
+    share_threshold: true
+    descriptors:
+      - key: endpoint
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 80}
+  - key: path
+    value: path/*
+    share_threshold: true
+    descriptors:
+      - key: file
+        value: file/*
+        descriptors:
+          - key: type
+            rate_limit: {unit: minute, requests_per_unit: 120}
+  - key: user
+    value: user/*
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res/*
+        share_threshold: true
+        descriptors:
+          - key: action
+            rate_limit: {unit: minute, requests_per_unit: 150}
+  - key: file
+    value: test1
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: midroute
+    value: /api*v2
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 80}
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res*v2
+        share_threshold: true
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+---
+domain: nested
+descriptors:
+  - key: key-1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: key-2
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: key_2
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5000}
+    descriptors:
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: plain-1
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: plain-2
+        rate_limit: {unit: minute, requests_per_unit: 5}
+---
+domain: domain
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            detailed_metric: true
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: route2
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+`
+
+// TestMetricIDAsEnvoy checks the names metrics report requests under
+// against the names envoyproxy/ratelimit gives its statistics.
+func TestMetricIDAsEnvoy(t *testing.T) {
+	t.Parallel()
+	r, err := config.Parse("names.yaml", []byte(envoyNames))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		domain  string
+		entries []config.KV
+		want    string
+	}{
+		{"share_threshold", "test-domain", kvs("files", "files/a.pdf"), "test-domain.files_files/*"},
+		{"share_threshold nested", "test-domain", kvs("nested", "parent", "files", "nested/file1.txt"), "test-domain.nested_parent.files_nested/*"},
+		{"share_threshold twice", "test-domain", kvs("files", "top/file1.txt", "files", "nested/file1.txt"), "test-domain.files_top/*.files_nested/*"},
+		{"share_threshold over value_to_metric", "test-domain", kvs("route", "api/v1", "method", "GET"), "test-domain.route_api/*.method"},
+		{"share_threshold with detailed_metric", "test-domain", kvs("service", "svc/user", "endpoint", "get"), "test-domain.service_svc/*.endpoint_get"},
+		{"share_threshold then plain wildcard", "test-domain", kvs("path", "path/foo", "file", "file/doc1", "type", "pdf"), "test-domain.path_path/*.file_file/*.type"},
+		{"share_threshold on two levels", "test-domain", kvs("user", "user/alice", "resource", "res/file1", "action", "read"), "test-domain.user_user/*.resource_res/*.action"},
+		{"exact value before shared wildcard", "test-domain", kvs("file", "test1"), "test-domain.file_test1"},
+		{"shared wildcard", "test-domain", kvs("file", "test23"), "test-domain.file_test*"},
+		{"middle wildcard shared over value_to_metric", "test-domain", kvs("midroute", "/api-beta-v2"), "test-domain.midroute_/api*v2"},
+		{"middle wildcards shared with detailed_metric", "test-domain", kvs("tenant", "t99prod", "resource", "resBBBv2"), "test-domain.tenant_t*prod.resource_res*v2"},
+
+		{"detailed_metric, request stops at a parent", "nested", kvs("key-1", "value-1"), "nested.key-1_value-1"},
+		{"detailed_metric on both levels", "nested", kvs("key-1", "value-1", "key-2", "value-2"), "nested.key-1_value-1.key-2_value-2"},
+		{"no detailed_metric", "nested", kvs("plain-1", "value-1", "plain-2", "value-2"), "nested.plain-1.plain-2"},
+		{"detailed_metric at a bare key", "nested", kvs("key_2", "key-2-value"), "nested.key_2_key-2-value"},
+		{"detailed_metric under a bare key", "nested", kvs("key_2", "key-2-value", "key_3", "requested-key3-value"), "nested.key_2_key-2-value.key_3_requested-key3-value"},
+		// envoy's detailed name joins key and value with '_' whatever
+		// the value (config_impl.go, GetLimit: finalKey).
+		{"detailed_metric, empty value", "nested", kvs("key-1", ""), "nested.key-1_"},
+
+		{"detailed_metric over value_to_metric", "domain", kvs("route", "draw", "http_method", "GET", "subject_id", "123"), "domain.route_draw.http_method_GET.subject_id_123"},
+		{"value_to_metric, empty value", "domain", kvs("route2", "", "http_method", "GET", "subject_id", "123"), "domain.route2.http_method_GET.subject_id"},
+		{"value_to_metric, empty values", "domain", kvs("route2", "", "http_method", "", "subject_id", "123"), "domain.route2.http_method.subject_id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rule := config.Lookup(r, tc.domain, tc.entries)
+			if rule == nil {
+				t.Fatalf("no rule for %v", tc.entries)
+			}
+			if got, want := config.MetricID(rule, tc.entries), tc.want; got != want {
+				t.Errorf("MetricID(%v) = %q, want %q", tc.entries, got, want)
+			}
+		})
+	}
+}
+
+// TestOverrideRule checks the rule of a request's own limit: its limit,
+// and its metric names as envoyproxy/ratelimit names them
+// (TestConfigLimitOverride there).
+func TestOverrideRule(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		unit       config.Unit
+		rpu, mult  uint32
+		entries    []config.KV
+		wantID     string
+		wantLimit  tollgate.Limit
+		wantUnlim  bool
+		wantDenies bool
+	}{
+		{"values", config.Day, 10, 0, kvs("key1", "value1", "subkey1", "something"),
+			"test-domain.key1_value1.subkey1_something", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 10, Period: 24 * time.Hour}, false, false},
+		{"another value, another name", config.Hour, 42, 1, kvs("key1", "value1", "subkey1", "something_else"),
+			"test-domain.key1_value1.subkey1_something_else", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 42, Period: time.Hour}, false, false},
+		{"empty value", config.Second, 5, 0, kvs("key1", "", "subkey1", "x"),
+			"test-domain.key1.subkey1_x", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: time.Second}, false, false},
+		{"unit multiplier", config.Minute, 7, 5, kvs("k", "v"),
+			"test-domain.k_v", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 7, Period: 5 * time.Minute}, false, false},
+		{"zero denies", config.Minute, 0, 0, kvs("k", "v"),
+			"test-domain.k_v", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 0, Period: time.Minute}, false, true},
+		{"unknown unit", config.UnitUnknown, 5, 0, kvs("k", "v"),
+			"test-domain.k_v", tollgate.Limit{}, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := config.OverrideRule("test-domain", tc.unit, tc.rpu, tc.mult)
+			if got, want := config.MetricID(r, tc.entries), tc.wantID; got != want {
+				t.Errorf("MetricID = %q, want %q", got, want)
+			}
+			if got, want := r.Limit, tc.wantLimit; got != want {
+				t.Errorf("Limit = %v, want %v", got, want)
+			}
+			if got, want := r.Unlimited, tc.wantUnlim; got != want {
+				t.Errorf("Unlimited = %v, want %v", got, want)
+			}
+			if got, want := r.DenyAll(), tc.wantDenies; got != want {
+				t.Errorf("DenyAll = %v, want %v", got, want)
+			}
+			if got, want := r.HasValueToMetric(), true; got != want {
+				t.Errorf("HasValueToMetric = %v, want %v", got, want)
+			}
+			if r.ShadowMode || r.Cost != 1 || r.Domain != "test-domain" {
+				t.Errorf("ShadowMode %v, Cost %d, Domain %q: want false, 1, test-domain", r.ShadowMode, r.Cost, r.Domain)
+			}
+		})
+	}
+	// A multiplier past what a period can hold is refused, not wrapped.
+	if err := config.OverrideRule("d", config.Year, 1, 1<<32-1).Limit.Validate(); err == nil {
+		t.Errorf("a year × 2^32-1: Validate() = nil, want an error")
+	}
+}
