@@ -1,6 +1,9 @@
 package config_test
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +242,96 @@ func TestOverrideRule(t *testing.T) {
 	// A multiplier past what a period can hold is refused, not wrapped.
 	if err := config.OverrideRule("d", config.Year, 1, 1<<32-1).Limit.Validate(); err == nil {
 		t.Errorf("a year × 2^32-1: Validate() = nil, want an error")
+	}
+}
+
+// TestMergeDomains loads two files of one domain, with and without
+// WithMergeDomains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
+func TestMergeDomains(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	one := write("one.yaml", `domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: wild
+    value: a*
+    rate_limit: {unit: minute, requests_per_unit: 30}
+`)
+	write("two.yaml", `domain: test-domain
+descriptors:
+  - key: key2
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: wild
+    value: ab*
+    rate_limit: {unit: minute, requests_per_unit: 40}
+---
+domain: other
+`)
+	r, err := config.Load(dir, config.WithMergeDomains())
+	if err != nil {
+		t.Fatalf("Load with WithMergeDomains: %v", err)
+	}
+	if got, want := r.Domains(), 2; got != want {
+		t.Errorf("Domains() = %d, want %d", got, want)
+	}
+	for _, tc := range []struct {
+		entries []config.KV
+		want    uint32 // requests_per_unit of the rule found
+		wantID  string
+	}{
+		{kvs("key1", "value1"), 10, "test-domain.key1_value1"},
+		{kvs("key2", "value2"), 20, "test-domain.key2_value2"},
+		// Wildcards keep file order across the files: the first file's
+		// a* is tried before the second's ab*.
+		{kvs("wild", "abc"), 30, "test-domain.wild_a*"},
+	} {
+		rule := config.Lookup(r, "test-domain", tc.entries)
+		if rule == nil {
+			t.Errorf("Lookup(%v) = nil, want the rule of %d", tc.entries, tc.want)
+			continue
+		}
+		if got, want := rule.RequestsPerUnit, tc.want; got != want {
+			t.Errorf("Lookup(%v).RequestsPerUnit = %d, want %d", tc.entries, got, want)
+		}
+		if got, want := rule.ID, tc.wantID; got != want {
+			t.Errorf("Lookup(%v).ID = %q, want %q", tc.entries, got, want)
+		}
+	}
+	for i, rule := range r.All() {
+		if rule.Index != i {
+			t.Errorf("All()[%d].Index = %d", i, rule.Index)
+		}
+	}
+
+	// Without the option, a domain in two files is an error, as before.
+	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), `domain "test-domain" is already defined at `+one+":1") {
+		t.Errorf("Load without WithMergeDomains: err = %v, want the duplicate domain", err)
+	}
+
+	// A descriptor of the top level in both files is an error even when
+	// merging: envoyproxy/ratelimit merges the top level only, and refuses
+	// a key (and value) defined twice there.
+	write("three.yml", `domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: sub
+        rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	_, err = config.Load(dir, config.WithMergeDomains())
+	if want := filepath.Join(dir, "three.yml") + `:4:12: duplicate descriptor test-domain.key1_value1 (first at ` + one + `:3)`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a key in two files: err = %v, want %s", err, want)
 	}
 }

@@ -95,6 +95,19 @@ type Option func(*options)
 
 type options struct {
 	limits Limits
+	merge  bool
+}
+
+// WithMergeDomains lets several files (or YAML documents) define one
+// domain, as envoyproxy/ratelimit does with MERGE_DOMAIN_CONFIG=true: the
+// descriptors at the top of each are added to the domain, in file order.
+// Only the top level merges: a key (with the same value) at the top of two
+// files is an error, as it is within one file, even when the descriptors
+// under them differ. Wildcards keep their file order across the files, so
+// that the first file's pattern is tried first. Without this option a
+// domain defined twice is an error.
+func WithMergeDomains() Option {
+	return func(o *options) { o.merge = true }
 }
 
 // WithLimits replaces the default limits; its zero fields keep their

@@ -49,7 +49,7 @@ func Load(path string, opts ...Option) (*Rules, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := newBuilder(o.limits)
+	b := newBuilder(o)
 	var total int64
 	for _, f := range files {
 		data, err := readFile(f, o.limits.MaxFileSize)
@@ -70,7 +70,7 @@ func Parse(name string, data []byte, opts ...Option) (*Rules, error) {
 	if int64(len(data)) > o.limits.MaxFileSize {
 		return nil, fmt.Errorf("config: %s: the file is larger than the limit of %d bytes", name, o.limits.MaxFileSize)
 	}
-	b := newBuilder(o.limits)
+	b := newBuilder(o)
 	b.file(name, data)
 	return b.finish()
 }
@@ -162,16 +162,28 @@ type builder struct {
 	failMode FailureMode
 
 	limits  Limits
+	merge   bool      // WithMergeDomains
 	exp     expansion // of the file being read
 	ndesc   int       // descriptors so far, in every file
 	tooMany bool      // MaxDescriptors was passed: stop reading
+	// top holds where each descriptor at the top of a domain was defined,
+	// by domain: with merging, the top level spans files.
+	top map[string]map[kv]place
 }
 
-func newBuilder(l Limits) *builder {
+// place is where a descriptor was defined.
+type place struct {
+	file string
+	line int
+}
+
+func newBuilder(o options) *builder {
 	return &builder{
 		rules:   &Rules{domains: map[string]*node{}, sources: map[string]string{}},
 		domains: map[string]string{},
-		limits:  l,
+		limits:  o.limits,
+		merge:   o.merge,
+		top:     map[string]map[kv]place{},
 	}
 }
 
@@ -282,14 +294,16 @@ func (b *builder) document(root *yaml.Node) {
 		b.errorf(domainNode, "domain is missing or empty")
 		return
 	}
-	where := fmt.Sprintf("%s:%d", b.name, domainNode.Line)
-	if prev, ok := b.domains[domain]; ok {
+	top := b.rules.domains[domain]
+	if prev, ok := b.domains[domain]; ok && !b.merge {
 		b.errorf(domainNode, "domain %q is already defined at %s", domain, prev)
 		return
+	} else if !ok {
+		b.domains[domain] = fmt.Sprintf("%s:%d", b.name, domainNode.Line)
+		top = &node{}
+		b.rules.domains[domain] = top
+		b.top[domain] = map[kv]place{}
 	}
-	b.domains[domain] = where
-	top := &node{}
-	b.rules.domains[domain] = top
 	if descs != nil {
 		b.descriptors(top, descs, domain, domain, nil)
 	}
@@ -317,7 +331,10 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 		b.errorf(seq, "descriptors nested deeper than %d levels (the limit)", b.limits.MaxDepth)
 		return
 	}
-	seen := map[kv]int{}
+	seen := map[kv]place{}
+	if len(path) == 0 {
+		seen = b.top[domain] // the top level of a domain spans files
+	}
 	for _, d := range seq.Content {
 		if b.tooMany {
 			return
@@ -336,15 +353,19 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 		if e.value != "" {
 			step += "_" + e.value
 		}
-		if line, dup := seen[kv{e.key, e.value}]; dup {
+		if first, dup := seen[kv{e.key, e.value}]; dup {
 			at := e.keyNode
 			if e.valueNode != nil {
 				at = e.valueNode
 			}
-			b.errorf(at, "duplicate descriptor %s.%s (first at line %d)", id, step, line)
+			where := fmt.Sprintf("line %d", first.line)
+			if first.file != b.name {
+				where = fmt.Sprintf("%s:%d", first.file, first.line)
+			}
+			b.errorf(at, "duplicate descriptor %s.%s (first at %s)", id, step, where)
 			continue
 		}
-		seen[kv{e.key, e.value}] = e.keyNode.Line
+		seen[kv{e.key, e.value}] = place{b.name, e.keyNode.Line}
 		childPath := append(slices.Clip(path), b.level(&e, id, step))
 		b.addDescriptor(parent, &e, domain, id+"."+step, childPath)
 	}
