@@ -335,3 +335,28 @@ descriptors:
 		t.Errorf("a key in two files: err = %v, want %s", err, want)
 	}
 }
+
+// TestDump checks the rules as /rlconfig shows them against
+// testdata/dump/rlconfig.txt: envoyproxy/ratelimit's format
+// ((*rateLimitConfigImpl).Dump), one line per rate_limit, in a fixed order.
+func TestDump(t *testing.T) {
+	t.Parallel()
+	r := mustLoad(t, "testdata/dump/rules.yaml")
+	want, err := os.ReadFile("testdata/dump/rlconfig.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the same every time, unlike map order
+		var b strings.Builder
+		if err := r.Dump(&b); err != nil {
+			t.Fatalf("Dump: %v", err)
+		}
+		if got, want := b.String(), string(want); got != want {
+			t.Fatalf("Dump #%d:\n%s\nwant:\n%s", i, got, want)
+		}
+	}
+	var empty strings.Builder
+	if err := (*config.Rules)(nil).Dump(&empty); err != nil || empty.Len() != 0 {
+		t.Errorf("nil Rules: Dump wrote %q, %v; want nothing", empty.String(), err)
+	}
+}
