@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -358,5 +359,127 @@ func TestDump(t *testing.T) {
 	var empty strings.Builder
 	if err := (*config.Rules)(nil).Dump(&empty); err != nil || empty.Len() != 0 {
 		t.Errorf("nil Rules: Dump wrote %q, %v; want nothing", empty.String(), err)
+	}
+}
+
+// tree makes the files and symlinks of layout under a new directory:
+// "name" is a file holding one domain named after it, "name -> target" a
+// symlink, "name/" a directory.
+func tree(t *testing.T, layout ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for i, l := range layout {
+		if name, target, ok := strings.Cut(l, " -> "); ok {
+			if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		p := filepath.Join(dir, l)
+		if strings.HasSuffix(l, "/") {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		body := fmt.Sprintf("domain: d%d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: %d}\n", i, i+1)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// configMap is the layout of a Kubernetes ConfigMap volume: the files are
+// symlinks through ..data, itself a symlink to a timestamped directory.
+var configMap = []string{
+	"..2026_12_01_09_00_00.000000001/",
+	"..2026_12_01_09_00_00.000000001/rules.yaml",
+	"..2026_12_01_09_00_00.000000001/limits.yml",
+	"..data -> ..2026_12_01_09_00_00.000000001",
+	"rules.yaml -> ..data/rules.yaml",
+	"limits.yml -> ..data/limits.yml",
+}
+
+// TestLoadPicksFilesAsEnvoy checks which files a directory's rules come
+// from: tollgate's own choice, and envoyproxy/ratelimit's runtime
+// (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, read by
+// goruntime) with RUNTIME_IGNOREDOTFILES true (WithRuntimeTree) and false,
+// its default (WithRuntimeTree and WithDotFiles).
+func TestLoadPicksFilesAsEnvoy(t *testing.T) {
+	t.Parallel()
+	plain := []string{
+		"a.yaml",
+		"notes.yml.txt",
+		"rules",
+		".hidden.yaml",
+		"team/",
+		"team/b.conf",
+		"team/deeper/",
+		"team/deeper/c.yaml",
+		".git/",
+		".git/d.yaml",
+		"link-to-team -> team",
+		"link-to-a.yaml -> a.yaml.orig",
+		"a.yaml.orig/",
+		"dangling.yaml -> missing.yaml",
+	}
+	tests := []struct {
+		name   string
+		layout []string
+		opts   []config.Option
+		want   []string // the files loaded, relative to the directory
+		err    string   // or the error
+	}{
+		{"tollgate: *.yaml and *.yml at the top", plain, nil,
+			[]string{"a.yaml"}, ""},
+		{"tollgate with dotfiles", plain, []config.Option{config.WithDotFiles()},
+			[]string{".hidden.yaml", "a.yaml"}, ""},
+		{"envoy ignoring dotfiles: every file of the tree", plain, []config.Option{config.WithRuntimeTree()},
+			[]string{"a.yaml", "notes.yml.txt", "rules", "team/b.conf", "team/deeper/c.yaml"}, ""},
+		{"envoy by default: dotfiles too", plain, []config.Option{config.WithRuntimeTree(), config.WithDotFiles()},
+			[]string{".git/d.yaml", ".hidden.yaml", "a.yaml", "notes.yml.txt", "rules", "team/b.conf", "team/deeper/c.yaml"}, ""},
+
+		{"tollgate: ConfigMap", configMap, nil,
+			[]string{"limits.yml", "rules.yaml"}, ""},
+		{"envoy ignoring dotfiles: ConfigMap", configMap, []config.Option{config.WithRuntimeTree()},
+			[]string{"limits.yml", "rules.yaml"}, ""},
+		// goruntime walks into the timestamped directory and reads each
+		// file twice, once there and once through its symlink: the domain
+		// is defined twice, which envoyproxy/ratelimit refuses too.
+		{"envoy by default: ConfigMap", configMap, []config.Option{config.WithRuntimeTree(), config.WithDotFiles()},
+			nil, `domain "d1" is already defined at `},
+		{"envoy by default, merging: ConfigMap", configMap, []config.Option{config.WithRuntimeTree(), config.WithDotFiles(), config.WithMergeDomains()},
+			nil, `duplicate descriptor d1.k (first at `},
+
+		{"envoy: an empty tree", []string{"empty/", ".hidden.yaml"}, []config.Option{config.WithRuntimeTree()},
+			nil, "holds no file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := tree(t, tc.layout...)
+			r, err := config.Load(dir, tc.opts...)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Load: err = %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			var got []string
+			for _, f := range r.Files() {
+				rel, err := filepath.Rel(dir, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, filepath.ToSlash(rel))
+			}
+			if got, want := strings.Join(got, " "), strings.Join(tc.want, " "); got != want {
+				t.Errorf("Files() = %s, want %s", got, want)
+			}
+		})
 	}
 }

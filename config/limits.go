@@ -94,8 +94,40 @@ func (l Limits) orDefault() Limits {
 type Option func(*options)
 
 type options struct {
-	limits Limits
-	merge  bool
+	limits   Limits
+	merge    bool
+	tree     bool // WithRuntimeTree
+	dotFiles bool // WithDotFiles
+}
+
+// WithRuntimeTree makes Load read a directory as envoyproxy/ratelimit reads
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (through lyft's
+// goruntime): every file in it and in the directories under it, whatever
+// its name (not only *.yaml, whatever envoy's README says), each as a
+// rules file. A symlink to a file is read; a symlink to a directory is
+// not followed. Names starting with '.', files and directories, are
+// skipped, as envoyproxy/ratelimit skips them with
+// RUNTIME_IGNOREDOTFILES=true; add WithDotFiles for its default, which
+// reads them. Without this option Load reads only the *.yaml and *.yml
+// files directly in the directory.
+//
+// On a Kubernetes ConfigMap volume the two choices differ: its files are
+// symlinks through "..data" to a directory named "..2026_01_31_…", so
+// reading dotfiles reads each file twice, once through each path, and a
+// domain defined twice is refused, by envoyproxy/ratelimit as by Load.
+// Watch follows the directory itself and the targets of its symlinked
+// files, not the directories under it: after changing those, reload with
+// SIGHUP.
+func WithRuntimeTree() Option {
+	return func(o *options) { o.tree = true }
+}
+
+// WithDotFiles makes Load read the files (and, with WithRuntimeTree, the
+// directories) of a directory whose names start with '.', which it skips
+// by default. envoyproxy/ratelimit reads them unless
+// RUNTIME_IGNOREDOTFILES=true.
+func WithDotFiles() Option {
+	return func(o *options) { o.dotFiles = true }
 }
 
 // WithMergeDomains lets several files (or YAML documents) define one
