@@ -483,3 +483,77 @@ func TestLoadPicksFilesAsEnvoy(t *testing.T) {
 		})
 	}
 }
+
+// TestFromEnv reads envoyproxy/ratelimit's variables (its settings.go and
+// file provider) into a path and options.
+func TestFromEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  map[string]string
+		path string
+		opts string // the options, as optionNames names them
+		err  string
+	}{
+		{"defaults", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit"},
+			"/srv/runtime_data/current/ratelimit/config", "tree dotfiles", ""},
+		{"all set", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "rules",
+			"RUNTIME_IGNOREDOTFILES": "true", "MERGE_DOMAIN_CONFIG": "true", "RUNTIME_WATCH_ROOT": "false"},
+			"/data/rl/rules", "tree merge", ""},
+		{"no subdirectory, root not watched", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "1"},
+			"/data/config", "tree", ""},
+		{"no subdirectory", map[string]string{"RUNTIME_ROOT": "/data"},
+			"", "", "RUNTIME_SUBDIRECTORY is empty"},
+		{"bad boolean", map[string]string{"RUNTIME_SUBDIRECTORY": "rl", "MERGE_DOMAIN_CONFIG": "yes"},
+			"", "", `MERGE_DOMAIN_CONFIG="yes"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path, opts, err := config.FromEnv(func(k string) string { return tc.env[k] })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("FromEnv: err = %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("FromEnv: %v", err)
+			}
+			if got, want := path, filepath.FromSlash(tc.path); got != want {
+				t.Errorf("path = %q, want %q", got, want)
+			}
+			if got, want := optionNames(t, opts), tc.opts; got != want {
+				t.Errorf("options = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// optionNames tells which of WithRuntimeTree, WithDotFiles and
+// WithMergeDomains opts hold, by what Load does with them on three
+// directories.
+func optionNames(t *testing.T, opts []config.Option) string {
+	t.Helper()
+	var names []string
+	// tree tells a domain from a file name; every file here is a new one.
+	if r, err := config.Load(tree(t, "top.yaml", "sub/", "sub/nested.yaml"), opts...); err != nil {
+		t.Fatal(err)
+	} else if len(r.Files()) == 2 {
+		names = append(names, "tree")
+	}
+	if r, err := config.Load(tree(t, "top.yaml", ".dot.yaml"), opts...); err != nil {
+		t.Fatal(err)
+	} else if len(r.Files()) == 2 {
+		names = append(names, "dotfiles")
+	}
+	same := t.TempDir()
+	for _, f := range []string{"one.yaml", "two.yaml"} {
+		if err := os.WriteFile(filepath.Join(same, f), []byte("domain: same\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := config.Load(same, opts...); err == nil {
+		names = append(names, "merge")
+	}
+	return strings.Join(names, " ")
+}
