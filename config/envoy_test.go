@@ -557,3 +557,35 @@ func optionNames(t *testing.T, opts []config.Option) string {
 	}
 	return strings.Join(names, " ")
 }
+
+// TestRuntimeTreeIsBounded checks that walking a tree stops at the limits:
+// MaxFiles files, MaxFiles directories, 16 levels.
+func TestRuntimeTreeIsBounded(t *testing.T) {
+	t.Parallel()
+	deep := []string{}
+	p := ""
+	for range 18 {
+		p += "d/"
+		deep = append(deep, p)
+	}
+	tests := []struct {
+		name     string
+		layout   []string
+		maxFiles int
+		err      string
+	}{
+		{"files", []string{"a", "b/", "b/c", "b/d"}, 2, "more than the limit of 2 files"},
+		{"directories", []string{"a/", "b/", "c/", "c/x"}, 2, "more than the limit of 2 directories"},
+		{"depth", deep, 100, "nested deeper than 16 levels"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			limits := config.Limits{MaxFiles: tc.maxFiles}
+			_, err := config.Load(tree(t, tc.layout...), config.WithRuntimeTree(), config.WithLimits(limits))
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("Load: err = %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}

@@ -24,8 +24,9 @@ type Limits struct {
 	// MaxTotalSize is the largest sum of the files of a directory, in
 	// bytes. Default 8 MiB.
 	MaxTotalSize int64
-	// MaxFiles is the most .yaml and .yml files a directory may hold.
-	// Default 256.
+	// MaxFiles is the most .yaml and .yml files a directory may hold
+	// (with WithRuntimeTree: the most files of any name, and the most
+	// directories, under it). Default 256.
 	MaxFiles int
 	// MaxNodes is the most YAML nodes (each key, value, list and mapping)
 	// one file may hold once its aliases are expanded: an alias counts as

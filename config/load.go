@@ -141,12 +141,20 @@ type lister struct {
 	o     options
 	root  string
 	files []string
+	dirs  int // directories walked under root
 }
 
-// dir adds the files of dir, depth levels under the root.
+// dir adds the files of dir, depth levels under the root. The walk is
+// bounded: at most maxTreeDepth levels, and MaxFiles directories as well
+// as MaxFiles files.
 func (l *lister) dir(dir string, depth int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("config: %s: directories nested deeper than %d levels under %s", dir, maxTreeDepth, l.root)
+	}
+	if depth > 0 {
+		if l.dirs++; l.dirs > l.o.limits.MaxFiles {
+			return fmt.Errorf("config: %s holds more than the limit of %d directories", l.root, l.o.limits.MaxFiles)
+		}
 	}
 	d, err := os.Open(dir)
 	if err != nil {
