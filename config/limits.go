@@ -117,8 +117,9 @@ type options struct {
 // reading dotfiles reads each file twice, once through each path, and a
 // domain defined twice is refused, by envoyproxy/ratelimit as by Load.
 // Watch follows the directory itself and the targets of its symlinked
-// files, not the directories under it: after changing those, reload with
-// SIGHUP.
+// *.yaml and *.yml files, not the directories under it nor other
+// symlinks' targets (goruntime does not either): after changing those,
+// reload with SIGHUP.
 func WithRuntimeTree() Option {
 	return func(o *options) { o.tree = true }
 }
