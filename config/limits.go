@@ -119,7 +119,7 @@ type options struct {
 // Watch follows the directory itself and the targets of its symlinked
 // *.yaml and *.yml files, not the directories under it nor other
 // symlinks' targets (goruntime does not either): after changing those,
-// reload with SIGHUP.
+// reload by other means (tollgate serve: SIGHUP).
 func WithRuntimeTree() Option {
 	return func(o *options) { o.tree = true }
 }
