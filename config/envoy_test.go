@@ -135,6 +135,31 @@ descriptors:
         descriptors:
           - key: subject_id
             rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: minute, requests_per_unit: 20}
+---
+domain: d
+descriptors:
+  - key: k1
+    descriptors:
+      - key: k2
+        value_to_metric: true
+        descriptors:
+          - key: k3
+            rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 // TestMetricIDAsEnvoy checks the names metrics report requests under
@@ -174,6 +199,9 @@ func TestMetricIDAsEnvoy(t *testing.T) {
 
 		{"detailed_metric over value_to_metric", "domain", kvs("route", "draw", "http_method", "GET", "subject_id", "123"), "domain.route_draw.http_method_GET.subject_id_123"},
 		{"value_to_metric, empty value", "domain", kvs("route2", "", "http_method", "GET", "subject_id", "123"), "domain.route2.http_method_GET.subject_id"},
+		{"value_to_metric with a wildcard", "domain", kvs("user", "alice", "action", "readfile", "resource", "documents"), "domain.user_alice.action_readfile.resource"},
+		{"wildcard without flags", "domain", kvs("nestedWild", "val1", "wild", "goose"), "domain.nestedWild_val1.wild_goo*"},
+		{"value_to_metric at a middle level", "d", kvs("k1", "X", "k2", "Y", "k3", "Z"), "d.k1.k2_Y.k3"},
 		{"value_to_metric, empty values", "domain", kvs("route2", "", "http_method", "", "subject_id", "123"), "domain.route2.http_method.subject_id"},
 	}
 	for _, tc := range tests {
