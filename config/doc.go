@@ -54,6 +54,17 @@
 // Anything else is an error naming the file, the line and the column, and
 // so is every invalid value; Load returns every error of a file at once.
 //
+// # Files, domains and names as envoyproxy/ratelimit has them
+//
+// A domain is defined once, in one file, unless WithMergeDomains merges
+// the top-level descriptors of every file of a domain (envoy's
+// MERGE_DOMAIN_CONFIG). Load reads the *.yaml and *.yml files of a
+// directory; WithRuntimeTree and WithDotFiles read the files envoy's
+// runtime would (every file of the tree, dotfiles as RUNTIME_IGNOREDOTFILES
+// says), and FromEnv turns envoy's environment into a path and those
+// options. MetricID names a request's statistics as envoy names them, and
+// Rules.Dump writes the rules as envoy's /rlconfig shows them.
+//
 // # Untrusted files
 //
 // Whoever can write the rules decides what a service loads, on every

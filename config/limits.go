@@ -24,8 +24,9 @@ type Limits struct {
 	// MaxTotalSize is the largest sum of the files of a directory, in
 	// bytes. Default 8 MiB.
 	MaxTotalSize int64
-	// MaxFiles is the most .yaml and .yml files a directory may hold.
-	// Default 256.
+	// MaxFiles is the most .yaml and .yml files a directory may hold
+	// (with WithRuntimeTree: the most files of any name, and the most
+	// directories, under it). Default 256.
 	MaxFiles int
 	// MaxNodes is the most YAML nodes (each key, value, list and mapping)
 	// one file may hold once its aliases are expanded: an alias counts as
@@ -94,7 +95,53 @@ func (l Limits) orDefault() Limits {
 type Option func(*options)
 
 type options struct {
-	limits Limits
+	limits   Limits
+	merge    bool
+	tree     bool // WithRuntimeTree
+	dotFiles bool // WithDotFiles
+}
+
+// WithRuntimeTree makes Load read a directory as envoyproxy/ratelimit reads
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (through lyft's
+// goruntime): every file in it and in the directories under it, whatever
+// its name (not only *.yaml, whatever envoy's README says), each as a
+// rules file. A symlink to a file is read; a symlink to a directory is
+// not followed. Names starting with '.', files and directories, are
+// skipped, as envoyproxy/ratelimit skips them with
+// RUNTIME_IGNOREDOTFILES=true; add WithDotFiles for its default, which
+// reads them. Without this option Load reads only the *.yaml and *.yml
+// files directly in the directory.
+//
+// On a Kubernetes ConfigMap volume the two choices differ: its files are
+// symlinks through "..data" to a directory named "..2026_01_31_…", so
+// reading dotfiles reads each file twice, once through each path, and a
+// domain defined twice is refused, by envoyproxy/ratelimit as by Load.
+// Watch follows the directory itself and the targets of its symlinked
+// *.yaml and *.yml files, not the directories under it nor other
+// symlinks' targets (goruntime does not either): after changing those,
+// reload by other means (tollgate serve: SIGHUP).
+func WithRuntimeTree() Option {
+	return func(o *options) { o.tree = true }
+}
+
+// WithDotFiles makes Load read the files (and, with WithRuntimeTree, the
+// directories) of a directory whose names start with '.', which it skips
+// by default. envoyproxy/ratelimit reads them unless
+// RUNTIME_IGNOREDOTFILES=true.
+func WithDotFiles() Option {
+	return func(o *options) { o.dotFiles = true }
+}
+
+// WithMergeDomains lets several files (or YAML documents) define one
+// domain, as envoyproxy/ratelimit does with MERGE_DOMAIN_CONFIG=true: the
+// descriptors at the top of each are added to the domain, in file order.
+// Only the top level merges: a key (with the same value) at the top of two
+// files is an error, as it is within one file, even when the descriptors
+// under them differ. Wildcards keep their file order across the files, so
+// that the first file's pattern is tried first. Without this option a
+// domain defined twice is an error.
+func WithMergeDomains() Option {
+	return func(o *options) { o.merge = true }
 }
 
 // WithLimits replaces the default limits; its zero fields keep their

@@ -38,18 +38,20 @@ const maxErrors = 20
 
 // Load reads the rules in path: one YAML file, or every *.yaml and *.yml
 // file directly in a directory (names starting with '.' are skipped, which
-// suits Kubernetes ConfigMap volumes). Every file is parsed and validated;
-// on any error Load returns nil and an error listing up to 20 problems, each
-// with its file, line and column. Files over the limits (see Limits) are
-// errors too: Load never reads more than MaxFileSize bytes of a file, nor
+// suits Kubernetes ConfigMap volumes). WithRuntimeTree picks a directory's
+// files as envoyproxy/ratelimit does instead, and WithDotFiles reads names
+// starting with '.' too. Every file is parsed and validated; on any error
+// Load returns nil and an error listing up to 20 problems, each with its
+// file, line and column. Files over the limits (see Limits) are errors
+// too: Load never reads more than MaxFileSize bytes of a file, nor
 // anything but regular files (or symlinks to them).
 func Load(path string, opts ...Option) (*Rules, error) {
 	o := newOptions(opts)
-	files, err := listFiles(path, o.limits.MaxFiles)
+	files, err := listFiles(path, o)
 	if err != nil {
 		return nil, err
 	}
-	b := newBuilder(o.limits)
+	b := newBuilder(o)
 	var total int64
 	for _, f := range files {
 		data, err := readFile(f, o.limits.MaxFileSize)
@@ -70,7 +72,7 @@ func Parse(name string, data []byte, opts ...Option) (*Rules, error) {
 	if int64(len(data)) > o.limits.MaxFileSize {
 		return nil, fmt.Errorf("config: %s: the file is larger than the limit of %d bytes", name, o.limits.MaxFileSize)
 	}
-	b := newBuilder(o.limits)
+	b := newBuilder(o)
 	b.file(name, data)
 	return b.finish()
 }
@@ -105,10 +107,11 @@ func readFile(name string, max int64) ([]byte, error) {
 	return data, nil
 }
 
-// listFiles returns the files to load at path, sorted, refusing a
-// directory of more than max of them. It reads the directory in batches
-// and keeps only the names it will load.
-func listFiles(path string, max int) ([]string, error) {
+// listFiles returns the files to load at path, sorted: path itself when it
+// is a file, else those of the directory that o picks (see WithRuntimeTree
+// and WithDotFiles), refusing more than MaxFiles of them. It reads
+// directories in batches and keeps only the names it will load.
+func listFiles(path string, o options) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -116,40 +119,97 @@ func listFiles(path string, max int) ([]string, error) {
 	if !fi.IsDir() {
 		return []string{path}, nil
 	}
-	d, err := os.Open(path)
+	l := lister{o: o, root: path}
+	if err := l.dir(path, 0); err != nil {
+		return nil, err
+	}
+	if len(l.files) == 0 {
+		if o.tree {
+			return nil, fmt.Errorf("config: %s holds no file", path)
+		}
+		return nil, fmt.Errorf("config: %s holds no .yaml or .yml file", path)
+	}
+	slices.Sort(l.files)
+	return l.files, nil
+}
+
+// maxTreeDepth bounds how deep WithRuntimeTree goes under a directory.
+const maxTreeDepth = 16
+
+// lister collects the files of a directory.
+type lister struct {
+	o     options
+	root  string
+	files []string
+	dirs  int // directories walked under root
+}
+
+// dir adds the files of dir, depth levels under the root. The walk is
+// bounded: at most maxTreeDepth levels, and MaxFiles directories as well
+// as MaxFiles files.
+func (l *lister) dir(dir string, depth int) error {
+	if depth > maxTreeDepth {
+		return fmt.Errorf("config: %s: directories nested deeper than %d levels under %s", dir, maxTreeDepth, l.root)
+	}
+	if depth > 0 {
+		if l.dirs++; l.dirs > l.o.limits.MaxFiles {
+			return fmt.Errorf("config: %s holds more than the limit of %d directories", l.root, l.o.limits.MaxFiles)
+		}
+	}
+	d, err := os.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
 	defer d.Close()
-	var files []string
 	for {
 		entries, err := d.ReadDir(256)
 		for _, e := range entries {
-			name := e.Name()
-			if !isRulesFile(name) {
-				continue
+			if err := l.entry(dir, e, depth); err != nil {
+				return err
 			}
-			f := filepath.Join(path, name)
-			if st, err := os.Stat(f); err != nil || st.IsDir() {
-				continue // a dangling symlink or a directory named *.yaml
-			}
-			if len(files) == max {
-				return nil, fmt.Errorf("config: %s holds more than the limit of %d .yaml and .yml files", path, max)
-			}
-			files = append(files, f)
 		}
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return fmt.Errorf("config: %w", err)
 		}
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("config: %s holds no .yaml or .yml file", path)
+}
+
+// entry adds e, an entry of dir, if it is a file to load, or the files
+// under it if it is a directory to walk.
+func (l *lister) entry(dir string, e os.DirEntry, depth int) error {
+	name := e.Name()
+	if !l.o.dotFiles && strings.HasPrefix(name, ".") {
+		return nil
 	}
-	slices.Sort(files)
-	return files, nil
+	f := filepath.Join(dir, name)
+	if e.IsDir() { // a directory itself, not a symlink to one
+		if l.o.tree {
+			return l.dir(f, depth+1)
+		}
+		return nil
+	}
+	if !l.o.tree && !hasRulesExt(name) {
+		return nil
+	}
+	if e.Type()&os.ModeSymlink != 0 {
+		// Followed to a file; a dangling symlink, or one to a directory,
+		// is skipped (goruntime fails to read it and goes on).
+		if st, err := os.Stat(f); err != nil || st.IsDir() {
+			return nil
+		}
+	}
+	if len(l.files) == l.o.limits.MaxFiles {
+		what := ".yaml and .yml files"
+		if l.o.tree {
+			what = "files"
+		}
+		return fmt.Errorf("config: %s holds more than the limit of %d %s", l.root, l.o.limits.MaxFiles, what)
+	}
+	l.files = append(l.files, f)
+	return nil
 }
 
 type builder struct {
@@ -162,16 +222,28 @@ type builder struct {
 	failMode FailureMode
 
 	limits  Limits
+	merge   bool      // WithMergeDomains
 	exp     expansion // of the file being read
 	ndesc   int       // descriptors so far, in every file
 	tooMany bool      // MaxDescriptors was passed: stop reading
+	// top holds where each descriptor at the top of a domain was defined,
+	// by domain: with merging, the top level spans files.
+	top map[string]map[kv]place
 }
 
-func newBuilder(l Limits) *builder {
+// place is where a descriptor was defined.
+type place struct {
+	file string
+	line int
+}
+
+func newBuilder(o options) *builder {
 	return &builder{
 		rules:   &Rules{domains: map[string]*node{}, sources: map[string]string{}},
 		domains: map[string]string{},
-		limits:  l,
+		limits:  o.limits,
+		merge:   o.merge,
+		top:     map[string]map[kv]place{},
 	}
 }
 
@@ -282,14 +354,16 @@ func (b *builder) document(root *yaml.Node) {
 		b.errorf(domainNode, "domain is missing or empty")
 		return
 	}
-	where := fmt.Sprintf("%s:%d", b.name, domainNode.Line)
-	if prev, ok := b.domains[domain]; ok {
+	top := b.rules.domains[domain]
+	if prev, ok := b.domains[domain]; ok && !b.merge {
 		b.errorf(domainNode, "domain %q is already defined at %s", domain, prev)
 		return
+	} else if !ok {
+		b.domains[domain] = fmt.Sprintf("%s:%d", b.name, domainNode.Line)
+		top = &node{}
+		b.rules.domains[domain] = top
+		b.top[domain] = map[kv]place{}
 	}
-	b.domains[domain] = where
-	top := &node{}
-	b.rules.domains[domain] = top
 	if descs != nil {
 		b.descriptors(top, descs, domain, domain, nil)
 	}
@@ -317,7 +391,10 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 		b.errorf(seq, "descriptors nested deeper than %d levels (the limit)", b.limits.MaxDepth)
 		return
 	}
-	seen := map[kv]int{}
+	seen := map[kv]place{}
+	if len(path) == 0 {
+		seen = b.top[domain] // the top level of a domain spans files
+	}
 	for _, d := range seq.Content {
 		if b.tooMany {
 			return
@@ -336,15 +413,19 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 		if e.value != "" {
 			step += "_" + e.value
 		}
-		if line, dup := seen[kv{e.key, e.value}]; dup {
+		if first, dup := seen[kv{e.key, e.value}]; dup {
 			at := e.keyNode
 			if e.valueNode != nil {
 				at = e.valueNode
 			}
-			b.errorf(at, "duplicate descriptor %s.%s (first at line %d)", id, step, line)
+			where := fmt.Sprintf("line %d", first.line)
+			if first.file != b.name {
+				where = fmt.Sprintf("%s:%d", first.file, first.line)
+			}
+			b.errorf(at, "duplicate descriptor %s.%s (first at %s)", id, step, where)
 			continue
 		}
-		seen[kv{e.key, e.value}] = e.keyNode.Line
+		seen[kv{e.key, e.value}] = place{b.name, e.keyNode.Line}
 		childPath := append(slices.Clip(path), b.level(&e, id, step))
 		b.addDescriptor(parent, &e, domain, id+"."+step, childPath)
 	}

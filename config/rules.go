@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -140,35 +141,102 @@ type Rule struct {
 	valueToMetric []bool
 	// steps[i] is the part of ID for entry i: "key" or "key_value".
 	steps []string
+	// override marks the rule of a request's own limit (OverrideRule).
+	override bool
 }
 
-// MetricID returns the name metrics report a request under: ID, except
-// that with detailed_metric every entry shows the request's key_value, and
-// with value_to_metric the entries so marked do. It allocates only for
-// those rules.
+// OverrideRule returns the rule of a descriptor that carries its own limit
+// (RateLimitDescriptor.limit, which Envoy sends when a route's rate limit
+// action sets one): requestsPerUnit per unit, or per unitMultiplier units
+// when that is more than 1, counted with a fixed window as
+// envoyproxy/ratelimit counts, never in shadow mode. envoyproxy/ratelimit
+// applies it whatever the files say for the descriptor, as long as the
+// domain is known.
+//
+// Its ID is domain + ".override"; MetricID names each request as
+// envoyproxy/ratelimit names the statistics of such a limit:
+// "domain.key_value.key_value", the key alone for an empty value. A unit
+// it does not know (UnitUnknown) gives a rule with no Limit, marked
+// Unlimited, that a server should refuse rather than apply. The rule is
+// not one of any Rules: its Index is -1.
+func OverrideRule(domain string, unit Unit, requestsPerUnit, unitMultiplier uint32) *Rule {
+	period := unit.Duration()
+	if m := time.Duration(unitMultiplier); m > 1 {
+		// Past what a Duration holds, the period is refused by
+		// Limit.Validate rather than wrapped around to a short one.
+		if period > math.MaxInt64/m {
+			period = math.MaxInt64
+		} else {
+			period *= m
+		}
+	}
+	r := &Rule{Domain: domain, ID: domain + ".override", Unit: unit, RequestsPerUnit: requestsPerUnit,
+		Cost: 1, Index: -1, override: true}
+	if period == 0 {
+		r.Unlimited = true
+		return r
+	}
+	r.Limit = tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int(requestsPerUnit), Period: period}
+	return r
+}
+
+// MetricID returns the name metrics report a request under, as
+// envoyproxy/ratelimit names the statistics of a rule:
+//   - ID, for most rules;
+//   - with value_to_metric, ID with the request's value in place of the
+//     file's at each entry so marked ("key" becomes "key_value");
+//   - with detailed_metric, every entry as the request's "key_value",
+//     joined by '_' even when the value is empty ("key_"), except that an
+//     entry matched by a share_threshold wildcard shows the pattern
+//     ("key_files/*"), so that the values sharing one counter share one
+//     name too;
+//   - for a request's own limit (OverrideRule), every entry as "key_value",
+//     or "key" when the value is empty.
+//
+// A name that depends on the request gives a metric series per value:
+// mind the cardinality. MetricID allocates only for those rules.
 func MetricID[E Entry](r *Rule, entries []E) string {
-	if !r.HasValueToMetric() || len(entries) != len(r.steps) {
+	if !r.HasValueToMetric() || (!r.override && len(entries) != len(r.steps)) {
 		return r.ID
 	}
 	n := len(r.Domain)
 	for _, e := range entries {
 		n += 2 + len(e.GetKey()) + len(e.GetValue())
 	}
+	for _, s := range r.shared {
+		n += len(s)
+	}
 	b := make([]byte, 0, n)
 	b = append(b, r.Domain...)
 	for i, e := range entries {
 		b = append(b, '.')
-		if !r.ValueToMetric(i) {
+		key, value := e.GetKey(), e.GetValue()
+		switch shared, isShared := r.SharedValue(i); {
+		case r.override:
+			b = appendStep(b, key, value, false)
+		case r.DetailedMetric && isShared:
+			b = appendStep(b, key, shared, false)
+		case r.DetailedMetric:
+			// envoy joins the two whatever the value.
+			b = appendStep(b, key, value, true)
+		case r.ValueToMetric(i):
+			b = appendStep(b, key, value, false)
+		default:
 			b = append(b, r.steps[i]...)
-			continue
-		}
-		b = append(b, e.GetKey()...)
-		if v := e.GetValue(); v != "" {
-			b = append(b, '_')
-			b = append(b, v...)
 		}
 	}
 	return string(b)
+}
+
+// appendStep appends "key_value" to b, or "key" when value is empty and
+// not always.
+func appendStep(b []byte, key, value string, always bool) []byte {
+	b = append(b, key...)
+	if value != "" || always {
+		b = append(b, '_')
+		b = append(b, value...)
+	}
+	return b
 }
 
 // DenyAll reports whether the rule denies every request that spends
@@ -194,8 +262,12 @@ func (r *Rule) ValueToMetric(i int) bool {
 	return r.DetailedMetric || (i < len(r.valueToMetric) && r.valueToMetric[i])
 }
 
-// HasValueToMetric reports whether any entry's value shows in metrics.
-func (r *Rule) HasValueToMetric() bool { return r.DetailedMetric || len(r.valueToMetric) > 0 }
+// HasValueToMetric reports whether the name metrics report a request
+// under depends on the request (see MetricID): any entry's value shows in
+// it, or the rule is a request's own limit.
+func (r *Rule) HasValueToMetric() bool {
+	return r.DetailedMetric || len(r.valueToMetric) > 0 || r.override
+}
 
 // Entry is what Lookup needs of a request's descriptor entry. The generated
 // *envoy.extensions.common.ratelimit.v3.RateLimitDescriptor_Entry satisfies

@@ -248,7 +248,12 @@ func (ws *watchSet) sync() error {
 }
 
 // isRulesFile reports whether Load reads a file of this name in a
-// directory.
+// directory, by default.
 func isRulesFile(name string) bool {
-	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
+	return !strings.HasPrefix(name, ".") && hasRulesExt(name)
+}
+
+// hasRulesExt reports whether name ends in .yaml or .yml.
+func hasRulesExt(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
 }

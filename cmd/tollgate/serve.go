@@ -352,7 +352,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	go func() { errc <- g.Serve(gl) }()
 	go func() { errc <- hs.Serve(hl) }()
 	if o.debugAddr != "" {
-		ds, err := o.serveDebug(log)
+		ds, err := o.serveDebug(log, srv.Rules)
 		if err != nil {
 			fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 			return 1
@@ -384,7 +384,7 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 	fs.StringVar(&o.grpcAddr, "grpc", "", "gRPC address for envoy.service.ratelimit.v3.RateLimitService (default 127.0.0.1:8081; :8081 with --listen-all)")
 	fs.BoolVar(&o.listenAll, "listen-all", false, "listen on every interface for the default addresses, not only on loopback")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
-	fs.StringVar(&o.debugAddr, "debug", "", "address for /debug/pprof (off by default; keep it on loopback)")
+	fs.StringVar(&o.debugAddr, "debug", "", "address for /debug/pprof and /rlconfig, the rules in force (off by default; keep it on loopback)")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep serving with /readyz failing before closing the listeners (for load balancers to notice)")
 	o.conns.registerHTTP(fs, 30*time.Second)
 	o.conns.registerGRPC(fs)
@@ -453,9 +453,10 @@ func (o *serveOptions) listen() (hl, gl net.Listener, err error) {
 	return hl, gl, nil
 }
 
-// serveDebug serves /debug/pprof on --debug until the returned server is
-// closed.
-func (o *serveOptions) serveDebug(log *slog.Logger) (*http.Server, error) {
+// serveDebug serves, on --debug until the returned server is closed,
+// /debug/pprof and /rlconfig: the rules that rules returns (those in
+// force), in envoyproxy/ratelimit's text form (config.Rules.Dump).
+func (o *serveOptions) serveDebug(log *slog.Logger, rules func() *config.Rules) (*http.Server, error) {
 	dl, err := net.Listen("tcp", o.debugAddr)
 	if err != nil {
 		return nil, err
@@ -464,6 +465,11 @@ func (o *serveOptions) serveDebug(log *slog.Logger) (*http.Server, error) {
 	dmux.HandleFunc("/debug/pprof/", pprof.Index)
 	dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	dmux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		// An error is the client's connection: nothing to answer it.
+		_ = rules().Dump(w)
+	})
 	ds := o.conns.debugServer(dmux, log)
 	go ds.Serve(dl)
 	log.Info("debug listening", "addr", dl.Addr().String())
