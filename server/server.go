@@ -54,6 +54,7 @@ type Server struct {
 	quotaMode      bool
 	metadata       bool
 	headerNames    map[string]string // header field → name it is sent as
+	loadOpts       []config.Option   // how Reload loads rules
 
 	// bounds on one request (see limits.go)
 	maxDescriptors, maxEntries, maxHits, maxBytes int
@@ -141,6 +142,13 @@ func WithPing(ping func(context.Context) error) Option { return func(s *Server) 
 // the request is over the limit.
 func WithHeaders(f headers.Flavor) Option { return func(s *Server) { s.flavor = f } }
 
+// WithLoadOptions sets how Reload loads rules (config.WithMergeDomains,
+// config.WithRuntimeTree, config.WithLimits, …): pass the options the
+// first load used, or a reload would read the files differently.
+func WithLoadOptions(opts ...config.Option) Option {
+	return func(s *Server) { s.loadOpts = append(s.loadOpts, opts...) }
+}
+
 // WithClock sets the server's clock (default time.Now); tests use it.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
 
@@ -223,7 +231,7 @@ func (s *Server) SetRules(rules *config.Rules) {
 func (s *Server) Reload(path string) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	rules, err := config.Load(path)
+	rules, err := config.Load(path, s.loadOpts...)
 	if err != nil {
 		s.m.reloads[reloadFailure].Inc()
 		s.log.Error("rules not loaded; the previous rules stay in force", "path", path, "error", err.Error())
@@ -361,7 +369,8 @@ func (s *Server) match(sn *snapshot, req *pb.RateLimitRequest, items []item) []i
 		case !known:
 			s.m.noRule[0].Inc()
 		case d.GetLimit() != nil:
-			it.rule = overrideRule(req.Domain, d.GetLimit())
+			l := d.GetLimit()
+			it.rule = config.OverrideRule(req.Domain, config.Unit(l.GetUnit()), l.GetRequestsPerUnit(), l.GetUnitMultiplier().GetValue())
 		default:
 			it.rule = config.Lookup(rules, req.Domain, d.GetEntries())
 			if it.rule == nil {
@@ -610,23 +619,6 @@ func hitsOf(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int {
 		return int(min(h.GetValue(), math.MaxInt32))
 	}
 	return int(max(req.GetHitsAddend(), 1))
-}
-
-// overrideRule is the rule for a descriptor that carries its own limit
-// (RateLimitDescriptor.limit): a fixed window, as envoyproxy/ratelimit
-// counts it.
-func overrideRule(domain string, l *rlv3.RateLimitDescriptor_RateLimitOverride) *config.Rule {
-	unit := config.Unit(l.GetUnit())
-	period := unit.Duration()
-	if m := l.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
-		period *= time.Duration(m.GetValue())
-	}
-	r := &config.Rule{Domain: domain, ID: domain + ".override", Unit: unit, RequestsPerUnit: l.GetRequestsPerUnit(), Cost: 1,
-		Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int(l.GetRequestsPerUnit()), Period: period}}
-	if period == 0 {
-		r.Unlimited = true // an unknown unit: checkItems refuses it
-	}
-	return r
 }
 
 // roundUp returns d rounded up to whole seconds, as envoyproxy/ratelimit

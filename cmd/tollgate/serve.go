@@ -50,6 +50,8 @@ type serveFlags struct {
 	failureMode string
 	shadow      bool
 	watch       bool
+	rulesFiles  rulesFileFlags
+	envoy       envoyFlags
 	logFormat   string
 	logLevel    string
 	logInterval time.Duration
@@ -141,6 +143,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
 	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
 	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
+	f.rulesFiles.register(fs)
+	f.envoy.register(fs)
 	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -162,7 +166,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rules, err := config.Load(f.config)
+	rules, err := config.Load(f.config, f.rulesFiles.options()...)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -229,8 +233,12 @@ func (f *serveFlags) serverOptions() ([]server.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(bounds, server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogInterval(f.logInterval), server.WithHeaders(flavor)), nil
+	envoy, err := f.envoy.options()
+	if err != nil {
+		return nil, err
+	}
+	return append(append(bounds, envoy...), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
+		server.WithLogInterval(f.logInterval), server.WithHeaders(flavor), server.WithLoadOptions(f.rulesFiles.options()...)), nil
 }
 
 // serveStore is the store serve decides with, and what goes with it.
@@ -508,4 +516,63 @@ func (o *serveOptions) drain(g *grpc.Server, hs *http.Server) error {
 		g.Stop()
 	}
 	return httpErr
+}
+
+// rulesFileFlags say how the rules files are read, for directories laid
+// out as envoyproxy/ratelimit's runtime reads them.
+type rulesFileFlags struct {
+	merge, tree, ignoreDot bool
+}
+
+func (r *rulesFileFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&r.merge, "merge-domains", false, "merge the descriptors of one domain defined in several files (envoy's MERGE_DOMAIN_CONFIG), instead of refusing the second")
+	fs.BoolVar(&r.tree, "runtime-tree", false, "read every file under --config, in every directory, as envoyproxy/ratelimit's runtime does, instead of the *.yaml and *.yml files in it")
+	fs.BoolVar(&r.ignoreDot, "ignore-dotfiles", true, "with --runtime-tree, skip files and directories whose names start with '.' (envoy's RUNTIME_IGNOREDOTFILES; envoy reads them by default)")
+}
+
+func (r *rulesFileFlags) options() []config.Option {
+	var opts []config.Option
+	if r.merge {
+		opts = append(opts, config.WithMergeDomains())
+	}
+	if r.tree {
+		opts = append(opts, config.WithRuntimeTree())
+		if !r.ignoreDot {
+			opts = append(opts, config.WithDotFiles())
+		}
+	}
+	return opts
+}
+
+// envoyFlags are envoyproxy/ratelimit's behaviours the service can take
+// on (see docs/migrating.md).
+type envoyFlags struct {
+	compat                     string
+	nearLimit                  float64
+	quota, metadata            bool
+	limitH, remainingH, resetH string
+}
+
+func (e *envoyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&e.compat, "compat", "", "envoy: answer exactly as envoyproxy/ratelimit where tollgate differs on purpose (limit_remaining 0 over the limit, denied hits counted, no Retry-After)")
+	fs.Float64Var(&e.nearLimit, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which hits count as near_limit in ratelimit_service_rate_limit_near_limit (envoy's NEAR_LIMIT_RATIO)")
+	fs.BoolVar(&e.quota, "quota-mode", false, "every rule is a quota rule: a request is over the limit only when all the quota rules it touches are (envoy's QUOTA_MODE)")
+	fs.BoolVar(&e.metadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits to every gRPC answer as dynamic metadata (envoy's RESPONSE_DYNAMIC_METADATA; it carries descriptor values)")
+	fs.StringVar(&e.limitH, "header-limit", "", "name of the RateLimit-Limit field of --headers ratelimit (envoy's LIMIT_LIMIT_HEADER)")
+	fs.StringVar(&e.remainingH, "header-remaining", "", "name of the RateLimit-Remaining field (envoy's LIMIT_REMAINING_HEADER)")
+	fs.StringVar(&e.resetH, "header-reset", "", "name of the RateLimit-Reset field (envoy's LIMIT_RESET_HEADER)")
+}
+
+func (e *envoyFlags) options() ([]server.Option, error) {
+	switch e.compat {
+	case "", "envoy":
+	default:
+		return nil, fmt.Errorf("--compat %q: want envoy, or nothing", e.compat)
+	}
+	if !(e.nearLimit > 0 && e.nearLimit <= 1) {
+		return nil, fmt.Errorf("--near-limit-ratio %v: want 0 < ratio ≤ 1", e.nearLimit)
+	}
+	return []server.Option{server.WithEnvoyCompat(e.compat == "envoy"), server.WithNearLimitRatio(e.nearLimit),
+		server.WithQuotaMode(e.quota), server.WithResponseMetadata(e.metadata),
+		server.WithHeaderNames(e.limitH, e.remainingH, e.resetH)}, nil
 }

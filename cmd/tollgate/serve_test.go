@@ -749,6 +749,9 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--config", "x.yaml", "--log-interval", "-1s"}, 2, `--log-interval -1s`},
 		{[]string{"serve", "--config", "../../config/testdata/envoy", "--redis", "http://x"}, 1, `redis URL scheme "http"`},
 		{[]string{"serve", "--config", "/nonexistent/rules.yaml"}, 1, "no such file"},
+		{[]string{"serve", "--config", "x.yaml", "--compat", "lyft"}, 2, `--compat "lyft"`},
+		{[]string{"serve", "--config", "x.yaml", "--near-limit-ratio", "1.5"}, 2, `--near-limit-ratio 1.5`},
+		{[]string{"serve", "--config", "../../config/testdata/envoy", "--header-limit", "X Limit"}, 1, `header name "X Limit"`},
 	}
 	for _, tc := range tests {
 		var out bytes.Buffer
