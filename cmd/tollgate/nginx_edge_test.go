@@ -9,14 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,74 +49,6 @@ func readEdgeConf(t *testing.T) edgeConf {
 	c.rate, _ = strconv.Atoi(r[1])
 	c.burst, _ = strconv.Atoi(bu[1])
 	return c
-}
-
-// startNginxText runs nginx with the configuration conf, in which each
-// pair of replace is replaced once (each must be there), and listen — the
-// configuration's listen address — is moved to a free port. It returns
-// nginx's base URL.
-func startNginxText(t *testing.T, conf, listen string, replace ...[2]string) string {
-	t.Helper()
-	bin := nginxBinary(t)
-	addr := freePort(t)
-	replace = append(replace, [2]string{"listen " + listen + ";", "listen " + addr + ";"})
-	for _, r := range replace {
-		if !strings.Contains(conf, r[0]) {
-			t.Fatalf("nginx configuration has no %q", r[0])
-		}
-		conf = strings.Replace(conf, r[0], r[1], 1)
-	}
-	dir := t.TempDir()
-	prefix := filepath.Join(dir, "nginx")
-	for _, d := range []string{"logs", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// nginx's workers drop root for nobody, who must reach the prefix.
-	for _, d := range []string{dir, prefix} {
-		os.Chmod(d, 0o755)
-	}
-	confPath := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", prefix, "-c", confPath, "-g", "daemon off;")
-	out := &logBuffer{added: make(chan struct{}, 1)}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGQUIT) // graceful stop
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			logs, _ := os.ReadFile(filepath.Join(prefix, "logs", "error.log"))
-			t.Logf("nginx output:\n%s\nerror.log:\n%s", out.String(), logs)
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if conn, err := net.Dial("tcp", addr); err == nil {
-			conn.Close()
-			return "http://" + addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s after 10s: %s", addr, out.String())
-		}
-		select {
-		case <-exited:
-			t.Fatalf("nginx exited: %s", out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // countingApp is the API behind nginx: it says hello and counts the

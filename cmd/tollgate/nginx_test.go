@@ -107,22 +107,29 @@ func nginxBinary(t *testing.T) string {
 // nginx's base URL.
 func startNginx(t *testing.T, tollgateURL, appURL string) string {
 	t.Helper()
-	bin := nginxBinary(t)
 	conf, err := os.ReadFile("../../examples/nginx/nginx.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen := freePort(t)
-	c := string(conf)
-	for _, r := range [][2]string{
-		{"server 127.0.0.1:8080;", "server " + strings.TrimPrefix(tollgateURL, "http://") + ";"},
-		{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(appURL, "http://") + ";"},
-		{"listen 127.0.0.1:8088;", "listen " + listen + ";"},
-	} {
-		if !strings.Contains(c, r[0]) {
-			t.Fatalf("examples/nginx/nginx.conf has no %q", r[0])
+	return startNginxText(t, string(conf), "127.0.0.1:8088",
+		[2]string{"server 127.0.0.1:8080;", "server " + strings.TrimPrefix(tollgateURL, "http://") + ";"},
+		[2]string{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(appURL, "http://") + ";"})
+}
+
+// startNginxText runs nginx with the configuration conf, in which each
+// pair of replace is replaced once (each must be there), and listen — the
+// configuration's listen address — is moved to a free port. It returns
+// nginx's base URL.
+func startNginxText(t *testing.T, conf, listen string, replace ...[2]string) string {
+	t.Helper()
+	bin := nginxBinary(t)
+	addr := freePort(t)
+	replace = append(replace, [2]string{"listen " + listen + ";", "listen " + addr + ";"})
+	for _, r := range replace {
+		if !strings.Contains(conf, r[0]) {
+			t.Fatalf("nginx configuration has no %q", r[0])
 		}
-		c = strings.Replace(c, r[0], r[1], 1)
+		conf = strings.Replace(conf, r[0], r[1], 1)
 	}
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "nginx")
@@ -136,7 +143,7 @@ func startNginx(t *testing.T, tollgateURL, appURL string) string {
 		os.Chmod(d, 0o755)
 	}
 	confPath := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(c), 0o644); err != nil {
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-p", prefix, "-c", confPath, "-g", "daemon off;")
@@ -162,14 +169,18 @@ func startNginx(t *testing.T, tollgateURL, appURL string) string {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if conn, err := net.Dial("tcp", listen); err == nil {
+		if conn, err := net.Dial("tcp", addr); err == nil {
 			conn.Close()
-			return "http://" + listen
+			return "http://" + addr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s after 10s: %s", listen, out.String())
+			t.Fatalf("nginx not listening on %s after 10s: %s", addr, out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-exited:
+			t.Fatalf("nginx exited: %s", out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
