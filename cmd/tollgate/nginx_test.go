@@ -74,11 +74,11 @@ func upstreamApp(t *testing.T) *httptest.Server {
 const edgeRules = `domain: edge
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 3}
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
   - key: api_key
     descriptors:
       - key: path
-        rate_limit: {name: per_key_path, unit: minute, requests_per_unit: 2}
+        rate_limit: {name: per_key_path, unit: minute, requests_per_unit: 2, algorithm: token_bucket}
 `
 
 func freePort(t *testing.T) string {
