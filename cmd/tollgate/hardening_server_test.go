@@ -71,7 +71,7 @@ descriptors:
     descriptors:
       - key: path
         value: /login
-        rate_limit: {unit: minute, requests_per_unit: 5}
+        rate_limit: {unit: hour, requests_per_unit: 5}
 `)
 	tg := startTollgate(t, "serve", "--config", rules)
 	base := startNginx(t, tg.http, app.URL)
@@ -110,7 +110,7 @@ func authGet(t *testing.T, base, query string, hdr ...string) (int, string) {
 func TestHardenAuthInvalidPath(t *testing.T) {
 	t.Parallel()
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	writeFile(t, rules, "domain: edge\ndescriptors:\n  - key: path\n    value: /a/b\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
+	writeFile(t, rules, "domain: edge\ndescriptors:\n  - key: path\n    value: /a/b\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
 	tg := startTollgate(t, "serve", "--config", rules)
 	q := "domain=edge&descriptor=path"
 	for _, uri := range []string{"/a/b", "/a%2Fb"} {
@@ -139,7 +139,7 @@ func TestHardenAuthInvalidPath(t *testing.T) {
 func TestHardenAuthHeaderFromConfig(t *testing.T) {
 	t.Parallel()
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	writeFile(t, rules, "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+	writeFile(t, rules, "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
 	q := "domain=edge&descriptor=path"
 
 	t.Run("nginx default", func(t *testing.T) {
@@ -206,7 +206,7 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 1000}
   - key: small
-    rate_limit: {unit: minute, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3}
   - key: log
     rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: sliding_window_log}
 `
