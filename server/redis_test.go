@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -203,5 +204,60 @@ func TestRedisPasswordOption(t *testing.T) {
 				t.Errorf("error shows the password: %v", err)
 			}
 		})
+	}
+}
+
+// TestParallelDescriptors: a request's descriptors decided at once on a
+// real Redis spend exactly as one after another would, and with Redis
+// paused the request still counts one timeout.
+func TestParallelDescriptors(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.NewServer(t)
+	client := rdb.Client(t)
+	store := redisstore.New(client, redisstore.WithPrefix(testkit.KeyPrefix(t)), redisstore.WithPipeline(50*time.Microsecond, 64))
+	rules, err := config.Parse("r.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newServer := func(timeout time.Duration) *Server {
+		s, err := New(store, WithParallelDescriptors(true), WithTimeout(timeout), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetRules(rules)
+		return s
+	}
+	s := newServer(5 * time.Second)
+	r := req("d", entries("k", "x"), entries("k", "x"), entries("k", "y"))
+	var gotX, gotY int
+	for range 2 {
+		resp := ask(t, s, r)
+		for i, st := range resp.Statuses {
+			if st.Code != pb.RateLimitResponse_OK {
+				continue
+			}
+			if i < 2 {
+				gotX++
+			} else {
+				gotY++
+			}
+		}
+	}
+	// x: 4 hits of a limit of 3; y: 2.
+	if gotX != 3 || gotY != 2 {
+		t.Errorf("admitted x %d, y %d; want 3 and 2", gotX, gotY)
+	}
+
+	short := newServer(100 * time.Millisecond)
+	if err := rdb.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Resume()
+	before := testutil.ToFloat64(short.m.storeErrors[0])
+	if got, want := codesOf(ask(t, short, req("d", entries("k", "p"), entries("k", "q"), entries("k", "r")))), "OK: OK OK OK"; got != want {
+		t.Errorf("paused Redis, failing open: %s, want %s", got, want)
+	}
+	if got := testutil.ToFloat64(short.m.storeErrors[0]) - before; got != 1 {
+		t.Errorf("%v timeouts counted for one request, want 1", got)
 	}
 }

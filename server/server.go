@@ -55,6 +55,7 @@ type Server struct {
 	metadata       bool
 	headerNames    map[string]string // header field → name it is sent as
 	loadOpts       []config.Option   // how Reload loads rules
+	parallel       bool              // a request's store calls at once
 
 	// bounds on one request (see limits.go)
 	maxDescriptors, maxEntries, maxHits, maxBytes int
@@ -148,6 +149,14 @@ func WithHeaders(f headers.Flavor) Option { return func(s *Server) { s.flavor = 
 func WithLoadOptions(opts ...config.Option) Option {
 	return func(s *Server) { s.loadOpts = append(s.loadOpts, opts...) }
 }
+
+// WithParallelDescriptors makes the store calls of a request's
+// descriptors at once rather than one after another, so that a request of
+// several descriptors waits for one round trip to a remote store (with
+// redisstore.WithPipeline, they go in one pipeline). Each descriptor still
+// spends on its own. It costs a goroutine per descriptor: for Redis, not
+// for memorystore, whose calls never wait.
+func WithParallelDescriptors(on bool) Option { return func(s *Server) { s.parallel = on } }
 
 // WithClock sets the server's clock (default time.Now); tests use it.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
@@ -329,21 +338,28 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	descs := req.GetDescriptors()
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(descs))}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, len(descs))
+	for i := range descs {
+		resp.Statuses[i] = &statuses[i]
+	}
+	var astack [8]answered
+	answers := astack[:0]
+	if len(descs) > len(astack) {
+		answers = make([]answered, 0, len(descs))
+	}
+	answers = answers[:len(descs)]
+	s.answerAll(&q, req, items, statuses, answers)
 	var hstack [8]headers.Decision
 	t := tally{overall: pb.RateLimitResponse_OK, hds: hstack[:0]}
 	for i, d := range descs {
-		st := &statuses[i]
-		resp.Statuses[i] = st
-		it := &items[i]
-		o, res, decided := s.answer(&q, req, d, it, st)
-		if !decided {
+		a, it := &answers[i], &items[i]
+		if !a.decided {
 			continue
 		}
-		s.count(it, d.GetEntries(), o)
-		s.countHits(s.statsFor(it, d.GetEntries()), it.rule, o, cost(hitsOf(req, d), it.rule.Cost), res)
-		t.add(it.rule, st, s.quotaMode)
-		if s.flavor != 0 && (o == outcomeOK || o == outcomeOverLimit || o == outcomeShadow) {
-			t.hds = append(t.hds, headerDecision(it.rule, o, res))
+		s.count(it, d.GetEntries(), a.o)
+		s.countHits(s.statsFor(it, d.GetEntries()), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
+		t.add(it.rule, &statuses[i], s.quotaMode)
+		if s.flavor != 0 && (a.o == outcomeOK || a.o == outcomeOverLimit || a.o == outcomeShadow) {
+			t.hds = append(t.hds, headerDecision(it.rule, a.o, a.res))
 		}
 	}
 	resp.OverallCode = s.overall(api, &t)
@@ -351,6 +367,50 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 		resp.DynamicMetadata = requestMetadata(req)
 	}
 	return resp, s.header(t.hds, resp.OverallCode), nil
+}
+
+// answered is what answer returned for one descriptor.
+type answered struct {
+	o       outcome
+	res     tollgate.Result
+	decided bool
+}
+
+// answerAll answers every descriptor of req into statuses and answers.
+// With WithParallelDescriptors, when more than one descriptor needs the
+// store, their store calls are made at once, so that a request costs one
+// round trip (one pipeline) rather than one per descriptor; each still
+// spends on its own, as in envoyproxy/ratelimit.
+func (s *Server) answerAll(q *ruleset.Request, req *pb.RateLimitRequest, items []item, statuses []pb.RateLimitResponse_DescriptorStatus, answers []answered) {
+	descs := req.GetDescriptors()
+	one := func(i int) {
+		a := &answers[i]
+		a.o, a.res, a.decided = s.answer(q, req, descs[i], &items[i], &statuses[i])
+	}
+	if !s.parallel || storeCalls(items) < 2 {
+		for i := range descs {
+			one(i)
+		}
+		return
+	}
+	q.Arm()
+	var wg sync.WaitGroup
+	for i := 1; i < len(descs); i++ {
+		wg.Go(func() { one(i) })
+	}
+	one(0)
+	wg.Wait()
+}
+
+// storeCalls is how many of items may need a store call.
+func storeCalls(items []item) int {
+	n := 0
+	for i := range items {
+		if r := items[i].rule; r != nil && !items[i].dropped && !r.Unlimited && !r.DenyAll() {
+			n++
+		}
+	}
+	return n
 }
 
 // match finds the rule of each descriptor of req in the snapshot sn (nil

@@ -186,7 +186,8 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 		timeout = 0
 	}
 	srv, err := server.New(store.Store, append(opts,
-		server.WithTimeout(timeout), server.WithLogger(log), server.WithPing(store.ping))...)
+		server.WithTimeout(timeout), server.WithLogger(log), server.WithPing(store.ping),
+		server.WithParallelDescriptors(store.ping != nil))...) // a remote store: one round trip per request
 	if err != nil {
 		store.cleanup()
 		return nil, nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,10 +91,11 @@ type Step struct {
 // one deadline, armed on the first call, so requests that make none take
 // nothing from the shared timer. Make it with Begin and call End when done.
 type Request struct {
-	e      *Engine
-	ctx    context.Context
-	cancel context.CancelFunc
-	armed  bool
+	e        *Engine
+	ctx      context.Context
+	cancel   context.CancelFunc
+	armed    bool
+	timedOut atomic.Bool // a timeout of this request has been counted
 }
 
 // Begin starts a request whose caller's context is ctx.
@@ -105,6 +107,11 @@ func (q *Request) End() {
 		q.cancel()
 	}
 }
+
+// Arm arms the request's deadline now. Spend may then be called from
+// several goroutines at once (a request's descriptors decided together);
+// without Arm, a Request is for one goroutine.
+func (q *Request) Arm() { q.context() }
 
 // context returns the context of the request's store calls.
 func (q *Request) context() context.Context {
@@ -130,7 +137,7 @@ func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) S
 		if p.Skipped != nil {
 			p.Skipped.Inc()
 		}
-		return q.e.fail(ctx, p, policy, l, context.DeadlineExceeded, false)
+		return q.fail(ctx, p, policy, l, context.DeadlineExceeded, false)
 	}
 	var start time.Time
 	if p.Latency != nil {
@@ -146,7 +153,7 @@ func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) S
 		// A store that counts capacity its own way: the same answer.
 		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}
 	default:
-		return q.e.fail(ctx, p, policy, l, err, true)
+		return q.fail(ctx, p, policy, l, err, true)
 	}
 	if res.Allowed {
 		return Step{Outcome: Allowed, Result: res}
@@ -164,7 +171,8 @@ func deny(p *Point) Outcome {
 // fail answers a store call that failed (called) or was not made by p's
 // failure mode, counts it and logs it (sampled). The key is not logged: it
 // may be an API key.
-func (e *Engine) fail(ctx context.Context, p *Point, policy string, l tollgate.Limit, err error, called bool) Step {
+func (q *Request) fail(ctx context.Context, p *Point, policy string, l tollgate.Limit, err error, called bool) Step {
+	e := q.e
 	st := Step{Outcome: FailedOpen, Result: tollgate.Result{Limit: l}, Err: err}
 	if p.Mode == FailClosed && !p.DryRun {
 		st.Outcome = FailedClosed
@@ -173,8 +181,14 @@ func (e *Engine) fail(ctx context.Context, p *Point, policy string, l tollgate.L
 		return st
 	}
 	c := p.Errors
-	if p.Timeouts != nil && isTimeout(ctx, err) {
-		c = p.Timeouts
+	if isTimeout(ctx, err) {
+		// One timeout per request, even when its calls were made at once.
+		if q.timedOut.Swap(true) {
+			return st
+		}
+		if p.Timeouts != nil {
+			c = p.Timeouts
+		}
 	}
 	if c != nil {
 		c.Inc()
