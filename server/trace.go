@@ -16,8 +16,6 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/tollgate/tollgate/enforce"
 )
 
 // Tracing
@@ -55,8 +53,8 @@ const (
 	AttrOverallCode = attribute.Key("ratelimit.overall_code")
 	// EventStoreFailure is the name of the span event added for each
 	// store call that failed or missed its deadline; its attributes are
-	// ratelimit.failure_mode (open or closed), ratelimit.answer (fail_open
-	// or fail_closed), error.type (timeout or store_error) and
+	// ratelimit.answer, how the rule's failure mode answered (fail_open:
+	// OK, fail_closed: OVER_LIMIT), error.type (timeout or store_error) and
 	// exception.message (the store's error, which names no key).
 	EventStoreFailure = "ratelimit.store_failure"
 )
@@ -261,8 +259,8 @@ func traceDecision(ctx context.Context, req *pb.RateLimitRequest, overall pb.Rat
 
 // traceStoreFailure adds an EventStoreFailure event to the span of ctx, if
 // it is being recorded, for a store call that failed with err and was
-// answered by failure mode mode with outcome o.
-func traceStoreFailure(ctx context.Context, mode enforce.FailureMode, o outcome, err error) {
+// answered by the rule's failure mode with outcome o.
+func traceStoreFailure(ctx context.Context, o outcome, err error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -272,7 +270,6 @@ func traceStoreFailure(ctx context.Context, mode enforce.FailureMode, o outcome,
 		kind = "timeout"
 	}
 	span.AddEvent(EventStoreFailure, trace.WithAttributes(
-		attribute.String("ratelimit.failure_mode", mode.String()),
 		attribute.String("ratelimit.answer", outcomeNames[o]),
 		semconv.ErrorTypeKey.String(kind),
 		semconv.ExceptionMessage(strings.ToValidUTF8(err.Error(), "\uFFFD")),
