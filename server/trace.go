@@ -76,8 +76,13 @@ var traceContext propagation.TraceContext
 // service) are not traced. The option chains an interceptor, so it
 // combines with any other.
 func TraceGRPC(tp trace.TracerProvider) grpc.ServerOption {
+	return grpc.ChainUnaryInterceptor(traceInterceptor(tp))
+}
+
+// traceInterceptor is TraceGRPC's interceptor.
+func traceInterceptor(tp trace.TracerProvider) grpc.UnaryServerInterceptor {
 	tr := tp.Tracer(tracerName)
-	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		rreq, ok := req.(*pb.RateLimitRequest)
 		if !ok {
 			return handler(ctx, req)
@@ -106,7 +111,7 @@ func TraceGRPC(tp trace.TracerProvider) grpc.ServerOption {
 			traceDecision(ctx, rreq, r.GetOverallCode())
 		}
 		return resp, err
-	})
+	}
 }
 
 // serverFault reports whether a gRPC code is the server's failure rather

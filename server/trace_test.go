@@ -525,3 +525,48 @@ func TestGRPCCodeName(t *testing.T) {
 		}
 	}
 }
+
+// discard is a span exporter that drops what it is sent.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkTracing measures what tracing adds to one ShouldRateLimit on the
+// memory store, without the network: off (no interceptor), on but not
+// sampled, and sampled into a batch span processor whose exporter drops
+// the spans.
+func BenchmarkTracing(b *testing.B) {
+	s := newTestServer(b, tracedRules)
+	r := &pb.RateLimitRequest{Domain: "edge", Descriptors: descs("api_key", "sk-live-4f1c9a")}
+	info := &grpc.UnaryServerInfo{FullMethod: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
+	handler := func(ctx context.Context, req any) (any, error) {
+		return s.ShouldRateLimit(ctx, req.(*pb.RateLimitRequest))
+	}
+	incoming := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", traceparent("01")))
+	for _, bc := range []struct {
+		name    string
+		sampler sdktrace.Sampler // nil: no interceptor
+		ctx     context.Context
+	}{
+		{"off", nil, incoming},
+		{"on, not sampled", sdktrace.TraceIDRatioBased(0), context.Background()},
+		{"on, sampled", sdktrace.AlwaysSample(), incoming},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			call := handler
+			if bc.sampler != nil {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sdktrace.ParentBased(bc.sampler)))
+				defer tp.Shutdown(context.Background())
+				icpt := traceInterceptor(tp)
+				call = func(ctx context.Context, req any) (any, error) { return icpt(ctx, req, info, handler) }
+			}
+			for b.Loop() {
+				if _, err := call(bc.ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
