@@ -39,7 +39,7 @@ func (t *tracingFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&t.on, "tracing", false, "export an OpenTelemetry span of every decision request (gRPC ShouldRateLimit, /json, /auth) over OTLP; off, tracing costs nothing")
 	fs.StringVar(&t.service, "tracing-service-name", "tollgate", "service.name of the spans")
 	fs.StringVar(&t.namespace, "tracing-service-namespace", "", "service.namespace of the spans")
-	fs.StringVar(&t.instanceID, "tracing-service-instance-id", "", "service.instance.id of the spans (default: a random UUID, new at each start)")
+	fs.StringVar(&t.instanceID, "tracing-service-instance-id", "", "service.instance.id of the spans (default: the one $OTEL_RESOURCE_ATTRIBUTES names, else a random UUID, new at each start)")
 	fs.Float64Var(&t.rate, "tracing-sampling-rate", 1, "fraction of new traces to sample, 0 to 1; a request whose traceparent says whether its trace is sampled follows it")
 	fs.StringVar(&t.protocol, "tracing-exporter-protocol", "http", "OTLP protocol: http (protobuf over HTTP, port 4318) or grpc (port 4317)")
 	fs.StringVar(&t.endpoint, "tracing-endpoint", "", "OTLP collector URL, http:// or https://, such as http://otel-collector:4318; over http a URL without a path gets /v1/traces (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)")
@@ -143,18 +143,22 @@ func (t *tracingFlags) endpointForLog() string {
 }
 
 // resource describes the process on every span: the SDK's defaults
-// (including $OTEL_RESOURCE_ATTRIBUTES) and the flags, which win.
+// (including $OTEL_RESOURCE_ATTRIBUTES) and the flags, which win. The
+// random instance id is made only when neither names one.
 func (t *tracingFlags) resource() (*resource.Resource, error) {
+	base := resource.Default()
+	kvs := []attribute.KeyValue{semconv.ServiceName(t.service)}
 	id := t.instanceID
-	if id == "" {
+	if _, named := base.Set().Value(semconv.ServiceInstanceIDKey); id == "" && !named {
 		id = randomUUID()
 	}
-	kvs := []attribute.KeyValue{semconv.ServiceName(t.service), semconv.ServiceInstanceID(id)}
+	if id != "" {
+		kvs = append(kvs, semconv.ServiceInstanceID(id))
+	}
 	if t.namespace != "" {
 		kvs = append(kvs, semconv.ServiceNamespace(t.namespace))
 	}
-	own := resource.NewWithAttributes(semconv.SchemaURL, kvs...)
-	return resource.Merge(resource.Default(), own)
+	return resource.Merge(base, resource.NewWithAttributes(semconv.SchemaURL, kvs...))
 }
 
 // randomUUID is a random (version 4) UUID, as envoyproxy/ratelimit names

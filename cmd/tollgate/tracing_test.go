@@ -345,3 +345,44 @@ func TestTracingOff(t *testing.T) {
 	}
 	tr.shutdown(time.Second, nil) // nothing to flush, and no logger needed
 }
+
+// TestServeTracingInstanceID: the instance id is the flag's, else the one
+// $OTEL_RESOURCE_ATTRIBUTES names, else a random UUID.
+func TestServeTracingInstanceID(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string // a regular expression
+	}{
+		{"flag", []string{"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=pod-42"}, []string{"--tracing-service-instance-id", "instance-7"}, `instance-7`},
+		{"environment", []string{"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=pod-42"}, nil, `pod-42`},
+		{"neither: random", nil, nil, `[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Nothing is traced here: the endpoint only has to be valid.
+			args := append([]string{"--config", "../../config/testdata/envoy", "--tracing", "--tracing-endpoint", "http://127.0.0.1:9"}, tc.args...)
+			p := startTollgateWith(t, launch{env: tc.env}, "serve", args...)
+			p.log.waitFor(t, regexp.MustCompile(`msg="tracing on" .* service_instance_id=`+tc.want+`\n`), 5*time.Second)
+		})
+	}
+}
+
+// TestServeLogsExportFailures: a collector that refuses the spans makes
+// serve log it, and serve goes on answering.
+func TestServeLogsExportFailures(t *testing.T) {
+	t.Parallel()
+	refuser := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusBadRequest) // not retried by the exporter
+	}))
+	t.Cleanup(refuser.Close)
+	p := startTollgateWith(t, launch{env: []string{"OTEL_BSP_SCHEDULE_DELAY=50"}}, "serve",
+		"--config", "../../config/testdata/envoy", "--tracing", "--tracing-endpoint", refuser.URL)
+	if got, want := p.ask(request("edge", desc("tenant", "t-"+randomID()))).OverallCode, pb.RateLimitResponse_OK; got != want {
+		t.Errorf("%v, want %v", got, want)
+	}
+	p.log.waitFor(t, regexp.MustCompile(`level=WARN msg="tracing: spans not exported" error=.*400`), 10*time.Second)
+}
