@@ -82,7 +82,7 @@ func spansAfter(t *testing.T, exp *tracetest.InMemoryExporter, n int) tracetest.
 func attrs(kvs []attribute.KeyValue) map[string]string {
 	m := make(map[string]string, len(kvs))
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }
@@ -110,7 +110,7 @@ func checkNoSecrets(t *testing.T, s tracetest.SpanStub) {
 	texts := []string{s.Name, s.Status.Description}
 	add := func(kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			texts = append(texts, string(kv.Key), kv.Value.Emit())
+			texts = append(texts, string(kv.Key), kv.Value.String())
 		}
 	}
 	add(s.Attributes)

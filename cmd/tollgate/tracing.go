@@ -105,7 +105,7 @@ func (t *tracingFlags) start(log *slog.Logger) (*tracing, error) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(t.sampler()), sdktrace.WithResource(res))
 	id, _ := res.Set().Value(semconv.ServiceInstanceIDKey)
 	log.Info("tracing on", "protocol", t.protocol, "endpoint", t.endpointForLog(), "sampling_rate", t.rate,
-		"service_name", t.service, "service_namespace", t.namespace, "service_instance_id", id.Emit())
+		"service_name", t.service, "service_namespace", t.namespace, "service_instance_id", id.String())
 	return &tracing{tp: tp}, nil
 }
 

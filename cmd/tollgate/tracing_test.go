@@ -100,10 +100,10 @@ func (c *collector) exports() []*coltracepb.ExportTraceServiceRequest {
 
 // receivedSpan is one span as the collector got it, with its resource.
 type receivedSpan struct {
-	name                  string
-	traceID, parentID     string
-	attrs, resource       map[string]string
-	kindServer, hasEvents bool
+	name              string
+	traceID, parentID string
+	attrs, resource   map[string]string
+	kindServer        bool
 }
 
 func flatten(kvs []*commonpb.KeyValue) map[string]string {
