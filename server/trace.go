@@ -28,15 +28,15 @@ import (
 //
 // A span says which request it was, never whom it was about: it carries
 // the domain, the number of descriptors, the overall code, the transport's
-// status and one event per failed store call (with the failure mode that
+// status and one event per failed store call (with how the failure mode
 // answered and the store's error), and never a descriptor's key or value,
 // the counter's key, a header, the client's address or a query string.
 // Descriptor values are API keys, user ids and client addresses; a trace
 // backend is rarely a place they may be kept.
 //
-// Neither function is needed when tracing is off: without them a request
-// carries no span, and the server's own calls into this file find the
-// no-op span of the context and return at once.
+// When tracing is off neither is installed: a request then carries no
+// span, and what the decision records (traceDecision, traceStoreFailure)
+// finds the context's no-op span and returns at once, allocating nothing.
 
 // tracerName is the instrumentation scope of the server's spans.
 const tracerName = "github.com/tollgate/tollgate/server"
