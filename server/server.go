@@ -363,6 +363,7 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 		}
 	}
 	resp.OverallCode = s.overall(api, &t)
+	traceDecision(ctx, req, resp.OverallCode)
 	if s.metadata {
 		resp.DynamicMetadata = requestMetadata(req)
 	}
@@ -393,7 +394,7 @@ func (s *Server) answerAll(q *ruleset.Request, req *pb.RateLimitRequest, items [
 		}
 		return
 	}
-	q.Arm()
+	q.Context()
 	var wg sync.WaitGroup
 	for i := 1; i < len(descs); i++ {
 		wg.Go(func() { one(i) })
@@ -593,8 +594,10 @@ func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLi
 	res := step.Result
 	switch step.Outcome {
 	case ruleset.FailedOpen:
+		traceStoreFailure(q.Context(), outcomeFailOpen, step.Err)
 		return outcomeFailOpen, res
 	case ruleset.FailedClosed:
+		traceStoreFailure(q.Context(), outcomeFailClosed, step.Err)
 		return outcomeFailClosed, res
 	case ruleset.Allowed:
 		st.LimitRemaining = remaining(res)

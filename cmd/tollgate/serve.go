@@ -321,6 +321,7 @@ type serveOptions struct {
 	listenAll                     bool
 	drainTimeout, shutdownDelay   time.Duration
 	conns                         connFlags
+	tracing                       tracingFlags
 }
 
 func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
@@ -337,6 +338,13 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return 1
 	}
 	defer cleanup()
+	tr, err := o.tracing.start(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 1
+	}
+	// Runs after the drain below: the last requests' spans are sent too.
+	defer tr.shutdown(o.drainTimeout, log)
 	mux, err := o.mux(srv)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
@@ -349,9 +357,10 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	// Stream workers reuse goroutines whose stacks have grown, instead of
 	// growing a fresh one for every request.
-	g := grpc.NewServer(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
+	gopts := append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), tr.grpcOptions()...)
+	g := grpc.NewServer(append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
-	hs := o.conns.httpServer(mux, log)
+	hs := o.conns.httpServer(tr.handler(mux), log)
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
@@ -398,6 +407,7 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 	o.conns.registerHTTP(fs, 30*time.Second)
 	o.conns.registerGRPC(fs)
 	o.conns.registerDebug(fs)
+	o.tracing.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
 		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
@@ -414,6 +424,10 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 		return nil, 2, false
 	}
 	if err := o.conns.check(true, o.debugAddr != ""); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return nil, 2, false
+	}
+	if err := o.tracing.check(); err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}

@@ -108,10 +108,11 @@ func (q *Request) End() {
 	}
 }
 
-// Arm arms the request's deadline now. Spend may then be called from
-// several goroutines at once (a request's descriptors decided together);
-// without Arm, a Request is for one goroutine.
-func (q *Request) Arm() { q.context() }
+// Context arms the request's deadline, if it is not yet armed, and
+// returns the context of its store calls. Once it is armed, Spend may be
+// called from several goroutines at once (a request's descriptors decided
+// together); before, a Request is for one goroutine.
+func (q *Request) Context() context.Context { return q.context() }
 
 // context returns the context of the request's store calls.
 func (q *Request) context() context.Context {
@@ -181,7 +182,7 @@ func (q *Request) fail(ctx context.Context, p *Point, policy string, l tollgate.
 		return st
 	}
 	c := p.Errors
-	if isTimeout(ctx, err) {
+	if IsTimeout(ctx, err) {
 		// One timeout per request, even when its calls were made at once.
 		if q.timedOut.Swap(true) {
 			return st
@@ -220,7 +221,9 @@ func expired(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-func isTimeout(ctx context.Context, err error) bool {
+// IsTimeout reports whether err, from a store call under ctx, is the
+// deadline passing rather than the store failing.
+func IsTimeout(ctx context.Context, err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 		return true
 	}
