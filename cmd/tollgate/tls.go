@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -167,6 +166,11 @@ func (t *tlsFlags) register(fs *flag.FlagSet) {
 	t.grpc.name, t.http.name = "grpc", "http"
 	t.grpc.register(fs, "gRPC")
 	t.http.register(fs, "HTTP")
+}
+
+// check rejects half-given listener flags.
+func (t *tlsFlags) check() error {
+	return errors.Join(t.grpc.check(), t.http.check())
 }
 
 // serveTLS is what the listener flags make: a configuration for each
@@ -327,12 +331,22 @@ type reloader[T any] struct {
 	tried  []fileStamp // of the last files that failed to load
 }
 
-// fileStamp is what a stat says of a file: enough to see it replaced or
-// rewritten, and cheap enough for every handshake.
+// fileStamp is what a stat says of a file: enough to see it replaced
+// (renamed over, or a symbolic link switched, as Kubernetes updates a
+// secret's volume) or rewritten, and cheap enough for every handshake.
 type fileStamp struct {
-	mod  time.Time
-	size int64
-	err  bool // the stat failed (the file is gone, for now)
+	fi os.FileInfo // nil: the stat failed (the file is gone, for now)
+}
+
+func (a fileStamp) same(b fileStamp) bool {
+	if a.fi == nil || b.fi == nil {
+		return a.fi == nil && b.fi == nil
+	}
+	return os.SameFile(a.fi, b.fi) && a.fi.ModTime().Equal(b.fi.ModTime()) && a.fi.Size() == b.fi.Size()
+}
+
+func sameStamps(a, b []fileStamp) bool {
+	return slices.EqualFunc(a, b, fileStamp.same)
 }
 
 // newReloader loads the files once; its error stops the start.
@@ -350,12 +364,9 @@ func newReloader[T any](what string, files []string, load func() (T, error), log
 func (r *reloader[T]) stat() []fileStamp {
 	s := make([]fileStamp, len(r.files))
 	for i, f := range r.files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			s[i].err = true
-			continue
+		if fi, err := os.Stat(f); err == nil {
+			s[i].fi = fi
 		}
-		s[i].mod, s[i].size = fi.ModTime(), fi.Size()
 	}
 	return s
 }
@@ -368,7 +379,7 @@ func (r *reloader[T]) get() T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.stat()
-	if slices.Equal(now, r.stamps) || slices.Equal(now, r.tried) {
+	if sameStamps(now, r.stamps) || sameStamps(now, r.tried) {
 		return r.cur
 	}
 	v, err := r.load()
@@ -382,9 +393,4 @@ func (r *reloader[T]) get() T {
 	r.cur, r.stamps, r.tried = v, now, nil
 	r.log.Info("TLS files reloaded", "what", r.what, "files", strings.Join(r.files, ","))
 	return r.cur
-}
-
-// check rejects half-given listener flags.
-func (t *tlsFlags) check() error {
-	return errors.Join(t.grpc.check(), t.http.check())
 }
