@@ -11,6 +11,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -33,6 +36,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/server"
 )
 
 // The tests below make their own PKI: certificate authorities, server and
@@ -582,5 +586,89 @@ func awaitReady(t *testing.T, p *proc, want int) {
 			t.Fatalf("/readyz: %d %s, want %d", code, body, want)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRedisTLSKinds builds the Redis client of each deployment kind with
+// the TLS flags: each presents the client certificate and verifies the
+// servers against the CA given, by the URL's host unless told not to.
+func TestRedisTLSKinds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, foreign := newTestCA(t, "redis CA"), newTestCA(t, "foreign CA")
+	client := ca.issue(t, "tollgate")
+	cert, key := client.files(t, dir, "client")
+	caFile := writeCA(t, dir, "ca", ca)
+	parse := func(l leaf) *x509.Certificate {
+		c, err := x509.ParseCertificate(l.tlsCert(t).Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	byIP := parse(ca.issue(t, "redis", "127.0.0.1"))
+	byName := parse(ca.issue(t, "redis", "redis.test"))
+	stranger := parse(foreign.issue(t, "redis", "127.0.0.1"))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	for _, tc := range []struct {
+		url      string
+		skipName bool
+		// which of byIP, byName, stranger pass verification
+		want string
+	}{
+		{"rediss://127.0.0.1:6379", false, "byIP"},
+		{"rediss://127.0.0.1:6379", true, "byIP byName"},
+		{"rediss+sentinel://127.0.0.1:26379?master_name=m&addr=127.0.0.2:26379", false, "byIP"},
+		{"rediss+sentinel://127.0.0.1:26379?master_name=m", true, "byIP byName"},
+		{"rediss+cluster://127.0.0.1:7000?addr=127.0.0.2:7001", false, "byIP"},
+		{"rediss+cluster://127.0.0.1:7000?addr=127.0.0.2:7001", true, "byIP byName"},
+	} {
+		t.Run(fmt.Sprintf("%s/skip=%v", tc.url, tc.skipName), func(t *testing.T) {
+			f := redisTLSFlags{cert: cert, key: key, ca: caFile, skipHostname: tc.skipName}
+			opts, err := f.options(tc.url, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, err := server.NewRedisClient(tc.url, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			var c *tls.Config
+			switch rc := rc.(type) {
+			case *redis.Client:
+				c = rc.Options().TLSConfig
+			case *redis.ClusterClient:
+				c = rc.Options().TLSConfig
+			default:
+				t.Fatalf("client %T", rc)
+			}
+			if c == nil || c.GetClientCertificate == nil || c.VerifyConnection == nil {
+				t.Fatalf("TLS config %+v: want a client certificate and a verification", c)
+			}
+			if got, want := c.MinVersion, uint16(tls.VersionTLS12); got < want {
+				t.Errorf("MinVersion %x, want at least %x", got, want)
+			}
+			got, err := c.GetClientCertificate(&tls.CertificateRequestInfo{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Certificate[0], client.tlsCert(t).Certificate[0]) {
+				t.Errorf("the client certificate presented is not --redis-tls-cert's")
+			}
+			var passed []string
+			for _, s := range []struct {
+				name string
+				cert *x509.Certificate
+			}{{"byIP", byIP}, {"byName", byName}, {"stranger", stranger}} {
+				if c.VerifyConnection(tls.ConnectionState{PeerCertificates: []*x509.Certificate{s.cert}}) == nil {
+					passed = append(passed, s.name)
+				}
+			}
+			if got := strings.Join(passed, " "); got != tc.want {
+				t.Errorf("servers verified: %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
