@@ -339,7 +339,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2
 	}
-	tlsOn, err := o.tls.build(log)
+	tlsOn, err := o.tls.build(log, o.f.logInterval)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2

@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -177,12 +179,16 @@ func (t *tlsFlags) check() error {
 // listener that serves TLS, nil for one that does not.
 type serveTLS struct {
 	grpc, http *tls.Config
+	// refusals logs the gRPC handshakes that fail (the HTTP server logs
+	// its own).
+	refusals *refusalLog
 }
 
 // build checks the flags and reads the files. Its errors start with the
-// flag at fault.
-func (t *tlsFlags) build(log *slog.Logger) (serveTLS, error) {
-	var s serveTLS
+// flag at fault. Failed gRPC handshakes are logged at most once per
+// logEvery.
+func (t *tlsFlags) build(log *slog.Logger, logEvery time.Duration) (serveTLS, error) {
+	s := serveTLS{refusals: &refusalLog{log: log, sample: guard.Sampler{Every: logEvery}}}
 	var err error
 	// gRPC needs HTTP/2, and grpc-go's clients require the server to say
 	// so (ALPN).
@@ -213,7 +219,44 @@ func (s serveTLS) grpcOptions() []grpc.ServerOption {
 	if s.grpc == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.grpc))}
+	return []grpc.ServerOption{grpc.Creds(loggedCreds{credentials.NewTLS(s.grpc), s.refusals})}
+}
+
+// refusalLog logs refused TLS handshakes: a client without a certificate,
+// with one from another CA or without the required name, or one that does
+// not speak TLS. An operator whose Envoy is refused finds the reason here;
+// a client retrying in a loop writes one line per interval, which says how
+// many were left out.
+type refusalLog struct {
+	log    *slog.Logger
+	sample guard.Sampler
+}
+
+func (r *refusalLog) refused(remote net.Addr, err error) {
+	ok, skipped := r.sample.Allow(time.Now())
+	if !ok {
+		return
+	}
+	r.log.Warn("gRPC TLS handshake refused", "remote", remote.String(), "error", err.Error(), guard.Skipped(skipped))
+}
+
+// loggedCreds are gRPC server credentials that log failed handshakes;
+// grpc-go drops them silently.
+type loggedCreds struct {
+	credentials.TransportCredentials
+	refusals *refusalLog
+}
+
+func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	nc, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		c.refusals.refused(conn.RemoteAddr(), err)
+	}
+	return nc, info, err
+}
+
+func (c loggedCreds) Clone() credentials.TransportCredentials {
+	return loggedCreds{c.TransportCredentials.Clone(), c.refusals}
 }
 
 // httpListener returns l serving TLS when the HTTP listener has it. The

@@ -210,11 +210,13 @@ func newPKI(t *testing.T) *pki {
 }
 
 // clientTLS is a client's TLS configuration: it trusts the test CA and
-// presents cert, if any.
+// presents cert, if any, whatever CAs the server asks for (crypto/tls
+// would keep a foreign CA's certificate to itself; other clients send it).
 func (p *pki) clientTLS(t *testing.T, cert *leaf) *tls.Config {
 	c := &tls.Config{RootCAs: pool(p.ca)}
 	if cert != nil {
-		c.Certificates = []tls.Certificate{cert.tlsCert(t)}
+		tc := cert.tlsCert(t)
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &tc, nil }
 	}
 	return c
 }
@@ -224,18 +226,19 @@ type tlsClient struct {
 	name    string
 	tls     *tls.Config // nil: plain text
 	refused bool
+	reason  string // what the service logs when it refuses the client
 }
 
 func (p *pki) clients(t *testing.T) []tlsClient {
 	old := p.clientTLS(t, &p.client)
 	old.MinVersion, old.MaxVersion = tls.VersionTLS10, tls.VersionTLS11
 	return []tlsClient{
-		{"the CA's certificate with the SAN", p.clientTLS(t, &p.client), false},
-		{"no certificate", p.clientTLS(t, nil), true},
-		{"a foreign CA's certificate with the SAN", p.clientTLS(t, &p.foreignCert), true},
-		{"the CA's certificate without the SAN", p.clientTLS(t, &p.wrongSAN), true},
-		{"TLS 1.1", old, true},
-		{"plain text", nil, true},
+		{"the CA's certificate with the SAN", p.clientTLS(t, &p.client), false, ""},
+		{"no certificate", p.clientTLS(t, nil), true, "client didn't provide a certificate"},
+		{"a foreign CA's certificate with the SAN", p.clientTLS(t, &p.foreignCert), true, "certificate signed by unknown authority"},
+		{"the CA's certificate without the SAN", p.clientTLS(t, &p.wrongSAN), true, `does not carry the subject alternative name \\"spiffe://tollgate.test/envoy\\"`},
+		{"TLS 1.1", old, true, "client offered only unsupported versions"},
+		{"plain text", nil, true, "first record does not look like a TLS handshake|client sent an HTTP request to an HTTPS server"},
 	}
 }
 
@@ -248,6 +251,8 @@ func startMTLS(t *testing.T, p *pki, extra ...string) *proc {
 	args := []string{"--config", tlsRules(t),
 		"--grpc-tls-cert", cert, "--grpc-tls-key", key, "--grpc-tls-client-ca", ca, "--grpc-tls-client-san", clientSAN,
 		"--http-tls-cert", cert, "--http-tls-key", key, "--http-tls-client-ca", ca, "--http-tls-client-san", clientSAN}
+	// Every refusal logged, for the tests to find.
+	args = append(args, "--log-interval", "0")
 	return startTollgate(t, "serve", append(args, extra...)...)
 }
 
@@ -275,6 +280,7 @@ func TestServeMTLSGRPC(t *testing.T) {
 				if got, want := status.Code(err), codes.Unavailable; got != want {
 					t.Fatalf("ShouldRateLimit: code %v (%v), want %v: the connection refused", got, err, want)
 				}
+				tg.log.waitFor(t, regexp.MustCompile(`msg="gRPC TLS handshake refused".*(`+tc.reason+`)`), 10*time.Second)
 				return
 			}
 			if err != nil {
@@ -314,6 +320,7 @@ func TestServeMTLSHTTP(t *testing.T) {
 							t.Fatalf("GET /healthcheck: %s, want the connection refused", resp.Status)
 						}
 					}
+					tg.log.waitFor(t, regexp.MustCompile(`TLS handshake error.*(`+tc.reason+`)`), 10*time.Second)
 					return
 				}
 				if err != nil {
