@@ -25,8 +25,9 @@ import (
 //
 // Certificates are files, as cert-manager, Vault agents and Kubernetes
 // secrets provide them, and they are renewed in place. Every new
-// connection (a TLS handshake) looks at the files' modification times and
-// sizes, a few stat calls; when one changed, the files are read again and
+// connection (a TLS handshake) stats the files, which is cheap; when one
+// has a new modification time or size, or is another file (renamed over
+// the old one, a symbolic link switched), the files are read again and
 // the new certificate serves from that connection on. Connections already
 // open keep the certificate they started with. A renewal caught half-way
 // (a new certificate beside the old key) does not load: the old files'
@@ -113,6 +114,11 @@ func (l *listenerTLS) load(nextProtos []string) (*tls.Config, error) {
 		return nil, err
 	}
 	c.ClientAuth = tls.RequireAndVerifyClientCert
+	// A resumed session is not verified again: without tickets, a CA
+	// taken out of the file admits no new connection from then on.
+	// Gateways keep their connections for long; the full handshakes cost
+	// little.
+	c.SessionTicketsDisabled = true
 	if san := l.clientSAN; san != "" {
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			if len(cs.VerifiedChains) == 0 || !hasSAN(cs.VerifiedChains[0][0], san) {

@@ -342,6 +342,32 @@ func TestServeMTLSHTTP(t *testing.T) {
 	}
 }
 
+// TestServeMTLSNoResumption connects twice to the HTTP listener with a
+// session cache: the second connection is verified afresh, not resumed.
+func TestServeMTLSNoResumption(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	tg := startMTLS(t, p)
+	c := p.clientTLS(t, &p.client)
+	c.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	tr := &http.Transport{TLSClientConfig: c, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	base := strings.Replace(tg.http, "http://", "https://", 1)
+	var resumed []bool
+	for range 2 {
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(base + "/healthcheck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		resumed = append(resumed, resp.TLS.DidResume)
+	}
+	if got, want := fmt.Sprint(resumed), "[false false]"; got != want {
+		t.Errorf("connections resumed: %s, want %s", got, want)
+	}
+}
+
 // servedSerial returns the serial number of the certificate a new TLS
 // connection to addr is served.
 func servedSerial(t *testing.T, addr string, c *tls.Config) int64 {
