@@ -597,7 +597,9 @@ func TestServeRedisTLS(t *testing.T) {
 					t.Errorf("two decisions on a limit of 1 without Redis: %s, want %s (failure mode open)", got, want)
 				}
 				awaitReady(t, tg, http.StatusServiceUnavailable)
-				tg.log.waitFor(t, regexp.MustCompile(`redis not reachable at startup.*(tls|certificate|EOF|reset)`), 10*time.Second)
+				// The reason, at start or on a decision (a loaded machine
+				// may time the first out).
+				tg.log.waitFor(t, regexp.MustCompile(`level=WARN .*error=".*(tls: |x509: )`), 10*time.Second)
 			}
 			if got := tg.log.String(); strings.Contains(got, "PRIVATE KEY") {
 				t.Errorf("the log holds key material:\n%s", got)
