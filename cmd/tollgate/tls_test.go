@@ -707,3 +707,24 @@ func TestRedisTLSKinds(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisTLSPlainURL asks server.NewRedisClient for TLS settings on
+// plain URLs: it refuses rather than connect in plain text, without
+// quoting the password.
+func TestRedisTLSPlainURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"redis://:hunter2secret@127.0.0.1:6379",
+		"redis+sentinel://127.0.0.1:26379?master_name=m&password=hunter2secret",
+		"redis+cluster://:hunter2secret@127.0.0.1:7000",
+	} {
+		_, err := server.NewRedisClient(u, server.WithRedisTLS(server.RedisTLS{SkipVerifyHostname: true}))
+		if err == nil {
+			t.Errorf("%s with TLS settings: no error", u)
+			continue
+		}
+		if got, want := err.Error(), "need a rediss:// URL"; !strings.Contains(got, want) || strings.Contains(got, "hunter2secret") {
+			t.Errorf("error %q: want it to say %q and hide the password", got, want)
+		}
+	}
+}
