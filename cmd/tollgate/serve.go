@@ -352,7 +352,8 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	hl = tlsOn.httpListener(hl)
 	// Stream workers reuse goroutines whose stacks have grown, instead of
 	// growing a fresh one for every request.
-	g := grpc.NewServer(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), append(tlsOn.grpcOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)...)
+	gopts := append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), tlsOn.grpcOptions()...)
+	g := grpc.NewServer(append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
 	hs := o.conns.httpServer(mux, log)
 
