@@ -2,6 +2,9 @@ package server
 
 import (
 	"cmp"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -17,6 +20,7 @@ type RedisOption func(*redisOptions)
 type redisOptions struct {
 	password    string
 	hasPassword bool
+	tls         *RedisTLS
 }
 
 // WithRedisPassword sets the password of the Redis servers that hold the
@@ -26,6 +30,95 @@ type redisOptions struct {
 // option), not the sentinels' own (the URL's user information).
 func WithRedisPassword(password string) RedisOption {
 	return func(o *redisOptions) { o.password, o.hasPassword = password, true }
+}
+
+// RedisTLS is what a rediss:// URL cannot say about TLS: the client
+// certificate to present to a Redis that requires one (tls-auth-clients
+// yes), the CAs that sign the servers' certificates, and whether the
+// certificates must name the host dialed. Its functions are called for
+// every new connection, so they may return renewed certificates and CAs
+// without the client being rebuilt.
+//
+// With neither RootCAs nor SkipVerifyHostname, servers are verified the
+// usual way: against the system's CAs and the URL's host. A URL option
+// skip_verify=true switches every check off and wins over both.
+type RedisTLS struct {
+	// ClientCertificate returns the certificate and key to present when
+	// the server asks for one; nil presents none.
+	ClientCertificate func() (*tls.Certificate, error)
+	// RootCAs returns the CAs the servers' certificates must chain to;
+	// nil means the system's.
+	RootCAs func() *x509.CertPool
+	// SkipVerifyHostname still verifies the chain but not that the
+	// certificate names the host. Cluster nodes and a Sentinel's master are
+	// dialed at the addresses they announce, usually IP addresses, while
+	// the name checked is the URL's first host: their certificates rarely
+	// match it.
+	SkipVerifyHostname bool
+}
+
+// WithRedisTLS adds a client certificate, CAs or relaxed name checks to
+// the TLS of a rediss://, rediss+sentinel:// or rediss+cluster:// URL; with a
+// URL without TLS, NewRedisClient fails rather than connect in plain text.
+// For Sentinel the same settings apply to the sentinels and to the data
+// servers.
+func WithRedisTLS(t RedisTLS) RedisOption {
+	return func(o *redisOptions) { o.tls = &t }
+}
+
+// errRedisTLSPlain is the error of TLS settings given with a plain URL.
+var errRedisTLSPlain = errors.New("TLS settings (client certificate, CA) need a rediss:// URL, and this one is plain redis://")
+
+// config returns the TLS configuration for a client whose URL asked for
+// base (nil: the URL has no TLS).
+func (t *RedisTLS) config(base *tls.Config) (*tls.Config, error) {
+	if t == nil {
+		return base, nil
+	}
+	if base == nil {
+		return nil, errRedisTLSPlain
+	}
+	c := base.Clone()
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
+	if t.ClientCertificate != nil {
+		get := t.ClientCertificate
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return get() }
+	}
+	if c.InsecureSkipVerify || (t.RootCAs == nil && !t.SkipVerifyHostname) {
+		return c, nil
+	}
+	// crypto/tls verifies against one fixed pool and always checks the
+	// name; this verification reads the CAs anew and may leave the name
+	// out. InsecureSkipVerify only turns the built-in one off.
+	name, roots, skipName := c.ServerName, t.RootCAs, t.SkipVerifyHostname
+	c.InsecureSkipVerify = true
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		return verifyRedisServer(cs.PeerCertificates, roots, name, skipName)
+	}
+	return c, nil
+}
+
+// verifyRedisServer verifies a server's certificate chain as crypto/tls
+// would, against the CAs of roots (the system's when it or its answer is
+// nil), and that the leaf names host unless skipName.
+func verifyRedisServer(certs []*x509.Certificate, roots func() *x509.CertPool, host string, skipName bool) error {
+	if len(certs) == 0 {
+		return errors.New("server: redis TLS: the server sent no certificate")
+	}
+	opts := x509.VerifyOptions{Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if roots != nil {
+		opts.Roots = roots()
+	}
+	if !skipName {
+		opts.DNSName = host
+	}
+	for _, c := range certs[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := certs[0].Verify(opts); err != nil {
+		return fmt.Errorf("server: redis TLS: verify the server's certificate: %w", err)
+	}
+	return nil
 }
 
 // NewRedisClient returns a Redis client for rawURL. The forms are go-redis's
@@ -45,7 +138,8 @@ func WithRedisPassword(password string) RedisOption {
 // deadline bounds each call.
 //
 // Errors never contain a credential: the URL they quote, and go-redis's
-// own messages, are passed through a Redactor first.
+// own messages, are passed through a Redactor first. WithRedisTLS adds a
+// client certificate and CAs to the URL's TLS.
 func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, error) {
 	var ro redisOptions
 	for _, o := range opts {
@@ -87,6 +181,9 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 		if ro.hasPassword {
 			o.Password = ro.password
 		}
+		if o.TLSConfig, err = ro.tls.config(o.TLSConfig); err != nil {
+			return nil, fmt.Errorf("server: redis URL %s: %w", shown, err)
+		}
 		o.ContextTimeoutEnabled = true
 		return redis.NewClient(o), nil
 	case "sentinel":
@@ -100,6 +197,9 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 		if ro.hasPassword {
 			o.Password = ro.password
 		}
+		if o.TLSConfig, err = ro.tls.config(o.TLSConfig); err != nil {
+			return nil, fmt.Errorf("server: redis URL %s: %w", shown, err)
+		}
 		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o), nil
 	default: // cluster
@@ -109,6 +209,9 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 		}
 		if ro.hasPassword {
 			o.Password = ro.password
+		}
+		if o.TLSConfig, err = ro.tls.config(o.TLSConfig); err != nil {
+			return nil, fmt.Errorf("server: redis URL %s: %w", shown, err)
 		}
 		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), nil

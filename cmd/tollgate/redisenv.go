@@ -27,14 +27,15 @@ type redisTarget struct {
 	// every local user can read with ps.
 	fromArgv bool
 	redact   *server.Redactor
+	tls      []server.RedisOption // the TLS flags', set after resolveRedis
 }
 
 // options returns the options NewRedisClient needs for the target.
 func (r redisTarget) options() []server.RedisOption {
 	if !r.hasPassword {
-		return nil
+		return r.tls
 	}
-	return []server.RedisOption{server.WithRedisPassword(r.password)}
+	return append([]server.RedisOption{server.WithRedisPassword(r.password)}, r.tls...)
 }
 
 // resolveRedis finds the Redis URL and password. Flags win over the

@@ -62,6 +62,7 @@ type serveFlags struct {
 	trusted     string
 	ipHeader    string
 	bounds      requestBounds
+	redisTLS    redisTLSFlags // tls.go
 }
 
 // requestBounds are the flags bounding one request to the decision service
@@ -150,6 +151,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.logInterval, "log-interval", enforce.DefaultLogInterval, "log store failures and the Redis client's own lines at most once per this long, each line saying how many were left out (similar_events_not_logged); 0 logs every one")
 	f.bounds.register(fs)
+	f.redisTLS.register(fs)
 }
 
 // setup builds the logger, the store and the server from the flags, loads
@@ -172,6 +174,9 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	}
 	target, err := resolveRedis(f.redis, f.redisPwFile, getenv)
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	if target.tls, err = f.redisTLS.options(target.url, log); err != nil {
 		return nil, nil, nil, err
 	}
 	tuneGC(getenv, target.url == "", log)
@@ -322,6 +327,7 @@ type serveOptions struct {
 	drainTimeout, shutdownDelay   time.Duration
 	conns                         connFlags
 	tracing                       tracingFlags
+	tls                           tlsFlags // tls.go
 }
 
 func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
@@ -350,14 +356,20 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2
 	}
+	tlsOn, err := o.tls.build(log, o.f.logInterval)
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 2
+	}
 	hl, gl, err := o.listen()
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 1
 	}
+	hl = tlsOn.httpListener(hl)
 	// Stream workers reuse goroutines whose stacks have grown, instead of
 	// growing a fresh one for every request.
-	gopts := append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), tr.grpcOptions()...)
+	gopts := append(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), tr.grpcOptions()...), tlsOn.grpcOptions()...)
 	g := grpc.NewServer(append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	srv.RegisterGRPC(g)
 	hs := o.conns.httpServer(tr.handler(mux), log)
@@ -408,6 +420,7 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 	o.conns.registerGRPC(fs)
 	o.conns.registerDebug(fs)
 	o.tracing.register(fs)
+	o.tls.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
 		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
@@ -423,7 +436,7 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
 		return nil, 2, false
 	}
-	if err := o.conns.check(true, o.debugAddr != ""); err != nil {
+	if err := errors.Join(o.conns.check(true, o.debugAddr != ""), o.tls.check()); err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}
