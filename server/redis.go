@@ -172,19 +172,28 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 	wrap := func(err error) error {
 		return fmt.Errorf("server: redis URL %s: %s", shown, red.Redact(err.Error()))
 	}
+	// finish sets what every kind of client takes from the options: the
+	// password, TLS, and deadlines taken from the context.
+	finish := func(password *string, tc **tls.Config, ctxDeadlines *bool) error {
+		if ro.hasPassword {
+			*password = ro.password
+		}
+		var err error
+		if *tc, err = ro.tls.config(*tc); err != nil {
+			return fmt.Errorf("server: redis URL %s: %w", shown, err)
+		}
+		*ctxDeadlines = true
+		return nil
+	}
 	switch kind {
 	case "":
 		o, err := redis.ParseURL(plain)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		if ro.hasPassword {
-			o.Password = ro.password
+		if err := finish(&o.Password, &o.TLSConfig, &o.ContextTimeoutEnabled); err != nil {
+			return nil, err
 		}
-		if o.TLSConfig, err = ro.tls.config(o.TLSConfig); err != nil {
-			return nil, fmt.Errorf("server: redis URL %s: %w", shown, err)
-		}
-		o.ContextTimeoutEnabled = true
 		return redis.NewClient(o), nil
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(plain)
@@ -194,26 +203,18 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 		if o.MasterName == "" {
 			return nil, fmt.Errorf("server: redis URL %s: a Sentinel URL needs the master_name parameter", shown)
 		}
-		if ro.hasPassword {
-			o.Password = ro.password
+		if err := finish(&o.Password, &o.TLSConfig, &o.ContextTimeoutEnabled); err != nil {
+			return nil, err
 		}
-		if o.TLSConfig, err = ro.tls.config(o.TLSConfig); err != nil {
-			return nil, fmt.Errorf("server: redis URL %s: %w", shown, err)
-		}
-		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o), nil
 	default: // cluster
 		o, err := redis.ParseClusterURL(plain)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		if ro.hasPassword {
-			o.Password = ro.password
+		if err := finish(&o.Password, &o.TLSConfig, &o.ContextTimeoutEnabled); err != nil {
+			return nil, err
 		}
-		if o.TLSConfig, err = ro.tls.config(o.TLSConfig); err != nil {
-			return nil, fmt.Errorf("server: redis URL %s: %w", shown, err)
-		}
-		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), nil
 	}
 }
