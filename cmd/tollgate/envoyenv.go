@@ -41,7 +41,8 @@ const (
 	// accepted values, without a flag.
 	envoySame
 	// envoyRefused: the variable asks for something tollgate does not do;
-	// only envoy's default (which asks for nothing) is accepted.
+	// only the value that asks for nothing (envoy's default, or off) is
+	// accepted.
 	envoyRefused
 )
 
@@ -60,6 +61,9 @@ type envoyVar struct {
 	// check refuses the values of an envoySame variable that tollgate
 	// does not behave like (nil: every value is accepted).
 	check func(v string) error
+	// off is the value of a refused variable that asks for nothing, when
+	// it is not envoy's default (USE_STATSD=false).
+	off string
 	// note says what tollgate does with the variable, or for a refused
 	// one what to use instead; refusals quote it.
 	note string
@@ -115,7 +119,7 @@ var envoyVars = []envoyVar{
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", flag: "merge-domains", note: "--merge-domains: files of one domain are merged"},
 
 	// Statistics.
-	{name: "USE_STATSD", def: "true", kind: envoyRefused, note: "tollgate sends no statsd: its metrics are Prometheus, on the HTTP listener's /metrics or, with USE_PROMETHEUS=true, on PROMETHEUS_ADDR; set USE_STATSD=false"},
+	{name: "USE_STATSD", def: "true", off: "false", kind: envoyRefused, note: "tollgate sends no statsd: its metrics are Prometheus, on the HTTP listener's /metrics or, with USE_PROMETHEUS=true, on PROMETHEUS_ADDR; set USE_STATSD=false"},
 	{name: "STATSD_HOST", def: "localhost", kind: envoyRefused, on: statsdOn, note: "tollgate sends no statsd (see USE_STATSD)"},
 	{name: "STATSD_PORT", def: "8125", kind: envoyRefused, on: statsdOn, note: "tollgate sends no statsd (see USE_STATSD)"},
 	{name: "USE_DOG_STATSD", def: "false", kind: envoyRefused, note: "tollgate sends no DogStatsD: scrape its Prometheus /metrics (the Datadog agent's OpenMetrics check reads it)"},
@@ -552,7 +556,11 @@ func (v envoyVar) accept(e envoyEnv) error {
 			}
 		}
 	case envoyRefused:
-		if !sameSetting(v.def, val) {
+		accepted := v.def
+		if v.off != "" {
+			accepted = v.off
+		}
+		if !sameSetting(accepted, val) {
 			return fmt.Errorf("%s=%q: %s", v.name, val, v.note)
 		}
 	}
