@@ -150,11 +150,11 @@ var envoyVars = []envoyVar{
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", flag: "response-dynamic-metadata", note: "--response-dynamic-metadata"},
 
 	// Redis.
-	{name: "REDIS_SOCKET_TYPE", def: "unix", flag: "redis", note: "tcp; unix is refused: tollgate reaches Redis over TCP only"},
-	{name: "REDIS_TYPE", def: "SINGLE", flag: "redis", note: "SINGLE is redis://, SENTINEL redis+sentinel://, CLUSTER redis+cluster://"},
+	{name: "REDIS_SOCKET_TYPE", def: "unix", flag: "redis", on: redisOn, note: "tcp; unix is refused: tollgate reaches Redis over TCP only"},
+	{name: "REDIS_TYPE", def: "SINGLE", flag: "redis", on: redisOn, note: "SINGLE is redis://, SENTINEL redis+sentinel://, CLUSTER redis+cluster://"},
 	{name: "REDIS_URL", def: "/var/run/nutcracker/ratelimit.sock", flag: "redis", note: "--redis: host:port; master,sentinel:port,… for SENTINEL; host:port,host:port for CLUSTER; a redis:// URL is taken as it is. Unset, the memory store (one instance)"},
 	{name: "REDIS_POOL_SIZE", def: "10", flag: "redis", on: redisOn, note: "the --redis URL's pool_size"},
-	{name: "REDIS_AUTH", flag: "redis", on: redisOn, note: "\"user:password\" or \"password\": the password is passed as $REDIS_AUTH is outside envoy mode, never in the URL; a user name goes into the --redis URL"},
+	{name: "REDIS_AUTH", flag: "redis", on: redisOn, note: "\"user:password\" or \"password\": the password is passed as $REDIS_AUTH is outside envoy mode, never in the URL; a user name goes into the --redis URL (with a redis:// REDIS_URL, put the user name in that URL)"},
 	{name: "REDIS_SENTINEL_AUTH", flag: "redis", on: redisOn, note: "the sentinels' own \"user:password\" or \"password\", in the --redis URL's user information (removed from every log line and error)"},
 	{name: "REDIS_TLS", def: "false", flag: "redis", on: redisOn, note: "true: rediss:// (TLS)"},
 	{name: "REDIS_TLS_CLIENT_CERT", flag: "redis-tls-cert", on: redisTLSOn, note: "--redis-tls-cert, with REDIS_TLS=true"},
@@ -214,8 +214,8 @@ func prometheusOn(e envoyEnv) bool { return e.isTrue("USE_PROMETHEUS") }
 func memcacheOn(e envoyEnv) bool   { return e.get("BACKEND_TYPE") == "memcache" }
 func perSecondOn(e envoyEnv) bool  { return e.isTrue("REDIS_PERSECOND") }
 func tracingOn(e envoyEnv) bool    { return e.isTrue("TRACING_ENABLED") }
-func redisOn(e envoyEnv) bool      { return e.set("REDIS_URL") }
-func redisTLSOn(e envoyEnv) bool   { return e.set("REDIS_URL") && e.isTrue("REDIS_TLS") }
+func redisOn(e envoyEnv) bool      { return e.set("REDIS_URL") && !strings.Contains(e.getenv("REDIS_URL"), "://") }
+func redisTLSOn(e envoyEnv) bool   { return redisOn(e) && e.isTrue("REDIS_TLS") }
 
 func checkBool(v string) error {
 	if _, err := strconv.ParseBool(v); err != nil {
