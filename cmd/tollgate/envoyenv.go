@@ -214,8 +214,10 @@ func prometheusOn(e envoyEnv) bool { return e.isTrue("USE_PROMETHEUS") }
 func memcacheOn(e envoyEnv) bool   { return e.get("BACKEND_TYPE") == "memcache" }
 func perSecondOn(e envoyEnv) bool  { return e.isTrue("REDIS_PERSECOND") }
 func tracingOn(e envoyEnv) bool    { return e.isTrue("TRACING_ENABLED") }
-func redisOn(e envoyEnv) bool      { return e.set("REDIS_URL") && !strings.Contains(e.getenv("REDIS_URL"), "://") }
-func redisTLSOn(e envoyEnv) bool   { return redisOn(e) && e.isTrue("REDIS_TLS") }
+func redisOn(e envoyEnv) bool {
+	return e.set("REDIS_URL") && !strings.Contains(e.getenv("REDIS_URL"), "://")
+}
+func redisTLSOn(e envoyEnv) bool { return redisOn(e) && e.isTrue("REDIS_TLS") }
 
 func checkBool(v string) error {
 	if _, err := strconv.ParseBool(v); err != nil {
