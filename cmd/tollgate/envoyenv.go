@@ -112,7 +112,7 @@ var envoyVars = []envoyVar{
 	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
-	{name: "RUNTIME_SUBDIRECTORY", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
+	{name: "RUNTIME_SUBDIRECTORY", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; unset while RUNTIME_WATCH_ROOT is true, envoy loads no rules at all, and tollgate wants --config"},
 	{name: "RUNTIME_APPDIRECTORY", def: "config", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
 	{name: "RUNTIME_IGNOREDOTFILES", def: "false", flag: "ignore-dotfiles", note: "--ignore-dotfiles: true skips files whose names start with a dot"},
 	{name: "RUNTIME_WATCH_ROOT", def: "true", kind: envoySame, check: checkBool, note: "true or false, the rules are reloaded when their files change, replaced or moved into place (--watch, on by default; SIGHUP reloads too)"},
@@ -315,6 +315,11 @@ var envoyBuilt = map[string]func(e envoyEnv) (string, bool, error){
 	"grpc":  func(e envoyEnv) (string, bool, error) { return e.hostPort("GRPC_HOST", "GRPC_PORT") },
 	"debug": func(e envoyEnv) (string, bool, error) { return e.hostPort("DEBUG_HOST", "DEBUG_PORT") },
 	"config": func(e envoyEnv) (string, bool, error) {
+		watchRoot, err := e.boolean("RUNTIME_WATCH_ROOT")
+		if err != nil || (watchRoot && !e.set("RUNTIME_SUBDIRECTORY")) {
+			// envoy loads no rules at all then: tollgate wants --config.
+			return "", false, err
+		}
 		return path.Join(e.get("RUNTIME_ROOT"), e.get("RUNTIME_SUBDIRECTORY"), e.get("RUNTIME_APPDIRECTORY")), true, nil
 	},
 	"redis": envoyRedisURL,
@@ -531,18 +536,24 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv env) (bool, error) {
 			errs = append(errs, fmt.Errorf("%s=%q: --%s: %w", v.name, getenv(v.name), v.flag, err))
 		}
 	}
-	// Answers as envoy gives them (see the flag), whatever the variables.
-	if fs.Lookup(envoyCompatFlag) != nil {
-		if err := fs.Set(envoyCompatFlag, "envoy"); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: %w", envoyCompatFlag, err))
+	for _, f := range envoyModeFlags {
+		if fs.Lookup(f.name) == nil {
+			continue // a build without it answers as tollgate does
+		}
+		if err := fs.Set(f.name, f.value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.name, err))
 		}
 	}
 	return true, errors.Join(errs...)
 }
 
-// envoyCompatFlag is the flag envoy mode sets to "envoy" with no variable
-// of envoy's behind it.
-const envoyCompatFlag = "compat"
+// envoyModeFlags are the flags envoy mode sets with no variable of
+// envoy's behind them: answers as envoy gives them, and the rules read as
+// envoy's runtime reads them (every file of the tree, not only *.yaml).
+var envoyModeFlags = []struct{ name, value string }{
+	{"compat", "envoy"},
+	{"runtime-tree", "true"},
+}
 
 // accept returns the refusal of v's value, if any.
 func (v envoyVar) accept(e envoyEnv) error {

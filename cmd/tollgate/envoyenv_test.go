@@ -35,7 +35,7 @@ func envOf(kv ...string) env {
 }
 
 // tableFlags returns a FlagSet with a string flag for every flag the table
-// names (and --compat): where the mapping alone is tested, independent of
+// names (and those of envoyModeFlags): where the mapping alone is tested, independent of
 // which flags this build's serve has.
 func tableFlags() *flag.FlagSet {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -48,7 +48,10 @@ func tableFlags() *flag.FlagSet {
 
 // envoyFlagNames is every flag applyEnvoyEnv may set.
 func envoyFlagNames() []string {
-	names := []string{envoyCompatFlag}
+	var names []string
+	for _, f := range envoyModeFlags {
+		names = append(names, f.name)
+	}
 	for _, v := range envoyVars {
 		if v.flag != "" && !slices.Contains(names, v.flag) {
 			names = append(names, v.flag)
@@ -73,7 +76,7 @@ var compose = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE
 func envoyDefaults(more map[string]string) map[string]string {
 	m := map[string]string{
 		"http": "0.0.0.0:8080", "grpc": "0.0.0.0:8081", "debug": "0.0.0.0:6070",
-		"config": "/srv/runtime_data/current/config", "headers": "none", "compat": "envoy", "ignore-dotfiles": "false",
+		"headers": "none", "compat": "envoy", "runtime-tree": "true", "ignore-dotfiles": "false",
 	}
 	for k, v := range more {
 		m[k] = v
@@ -100,6 +103,9 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		{"runtime directories", []string{"RUNTIME_ROOT=/srv/rt", "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_APPDIRECTORY=app", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false", "MERGE_DOMAIN_CONFIG=true"}, envoyDefaults(map[string]string{
 			"config": "/srv/rt/rl/app", "ignore-dotfiles": "true", "merge-domains": "true",
 		})},
+		{"runtime root without a subdirectory, not watched", []string{"RUNTIME_WATCH_ROOT=false"}, envoyDefaults(map[string]string{"config": "/srv/runtime_data/current/config"})},
+		// envoy loads no rules at all then: --config must say where they are.
+		{"runtime root without a subdirectory, watched", []string{"RUNTIME_ROOT=/srv/rt"}, envoyDefaults(nil)},
 		{"answers", []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-L", "LIMIT_REMAINING_HEADER=X-R", "LIMIT_RESET_HEADER=X-T",
 			"NEAR_LIMIT_RATIO=0.9", "SHADOW_MODE=true", "QUOTA_MODE=1", "RESPONSE_DYNAMIC_METADATA=true", "CACHE_KEY_PREFIX=rl_", "LOCAL_CACHE_SIZE_IN_BYTES=1048576"}, envoyDefaults(map[string]string{
 			"headers": "ratelimit", "header-limit": "X-L", "header-remaining": "X-R", "header-reset": "X-T", "near-limit-ratio": "0.9",
@@ -235,7 +241,7 @@ func serveFlagNames(t *testing.T) []string {
 
 // TestEnvoyEnvFlagsExist checks that every flag the table sets is one of
 // serve's. A flag missing here is either not yet in serve or misnamed in
-// envoyVars (or envoyCompatFlag).
+// envoyVars (or envoyModeFlags).
 func TestEnvoyEnvFlagsExist(t *testing.T) {
 	t.Parallel()
 	have := serveFlagNames(t)
