@@ -202,7 +202,7 @@ var envoyVars = []envoyVar{
 	{name: "TRACING_SERVICE_INSTANCE_ID", flag: "tracing-service-instance-id", on: tracingOn, note: "--tracing-service-instance-id"},
 	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", flag: "tracing-exporter-protocol", on: tracingOn, note: "--tracing-exporter-protocol, envoy's default with TRACING_ENABLED=true"},
 	{name: "TRACING_SAMPLING_RATE", def: "1", flag: "tracing-sampling-rate", on: tracingOn, note: "--tracing-sampling-rate, envoy's default with TRACING_ENABLED=true"},
-	{name: "OTEL_EXPORTER_OTLP_ENDPOINT", flag: "tracing-endpoint", on: tracingOn, note: "--tracing-endpoint (read by envoy through OpenTelemetry; it alone does not turn envoy mode on)"},
+	{name: "OTEL_EXPORTER_OTLP_ENDPOINT", kind: envoySame, on: tracingOn, note: "tollgate's tracing reads OpenTelemetry's OTEL_EXPORTER_OTLP_* variables as envoy's does, after --tracing-endpoint (it alone does not turn envoy mode on)"},
 }
 
 // The switches that say whether a group of variables matters (envoyVar.on).

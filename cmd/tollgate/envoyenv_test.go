@@ -140,7 +140,7 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		{"grpc TLS files while it is off", []string{"GRPC_SERVER_TLS_CERT=/c", "GRPC_SERVER_TLS_KEY=/k"}, envoyDefaults(nil)},
 		{"tracing", []string{"TRACING_ENABLED=true", "TRACING_SERVICE_NAMESPACE=ns", "TRACING_SERVICE_INSTANCE_ID=i1", "OTEL_EXPORTER_OTLP_ENDPOINT=http://otel:4318"}, envoyDefaults(map[string]string{
 			"tracing": "true", "tracing-service-name": "RateLimit", "tracing-service-namespace": "ns", "tracing-service-instance-id": "i1",
-			"tracing-exporter-protocol": "http", "tracing-sampling-rate": "1", "tracing-endpoint": "http://otel:4318",
+			"tracing-exporter-protocol": "http", "tracing-sampling-rate": "1",
 		})},
 		{"defaults of refused variables", []string{"USE_STATSD=False", "USE_DOG_STATSD=0", "BACKEND_TYPE=redis", "CONFIG_TYPE=file", "REDIS_PERSECOND=false",
 			"GRPC_MAX_CONNECTION_AGE=24h0m", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.50"}, envoyDefaults(nil)},
