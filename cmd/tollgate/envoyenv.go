@@ -685,3 +685,25 @@ func (x *envoyExtras) servePrometheus(srv *server.Server, conns *connFlags, log 
 	log.Info("prometheus listening", "addr", l.Addr().String(), "path", x.promPath)
 	return ps, nil
 }
+
+// logEnvoyEnv says, in envoy mode, which of envoy's variables the service
+// took, and which it leaves unused because envoy would too (their switch is
+// off: STATSD_HOST without statsd, MEMCACHE_* without memcache, …), so that
+// none goes unmentioned.
+func logEnvoyEnv(log *slog.Logger, getenv env) {
+	if !envoyModeOn(getenv) {
+		return
+	}
+	e := envoyEnv{getenv}
+	var read, unused []string
+	for _, v := range envoyVars {
+		switch {
+		case !e.set(v.name):
+		case v.on != nil && !v.on(e):
+			unused = append(unused, v.name)
+		default:
+			read = append(read, v.name)
+		}
+	}
+	log.Info("envoyproxy/ratelimit environment (docs/envoy-environment.md)", "read", strings.Join(read, ","), "unused_as_in_envoy", strings.Join(unused, ","))
+}

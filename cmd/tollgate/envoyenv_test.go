@@ -421,6 +421,9 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 		}
 	}
 	log := p.log.String()
+	if want := `read=HOST,PORT,GRPC_HOST,GRPC_PORT,DEBUG_HOST,DEBUG_PORT,RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_APPDIRECTORY,RUNTIME_WATCH_ROOT,USE_STATSD,REDIS_SOCKET_TYPE,REDIS_URL unused_as_in_envoy=""`; !strings.Contains(log, want) {
+		t.Errorf("the log does not say which variables were read (%s):\n%s", want, log)
+	}
 	if !strings.Contains(log, "store=redis") {
 		t.Errorf("not deciding with Redis:\n%s", log)
 	}

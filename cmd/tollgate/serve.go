@@ -331,6 +331,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return 1
 	}
 	defer cleanup()
+	logEnvoyEnv(log, getenv)
 	mux, err := o.mux(srv)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
