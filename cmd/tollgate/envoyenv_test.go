@@ -547,3 +547,40 @@ func TestServeEnvoyEnvironmentFlagWins(t *testing.T) {
 		t.Errorf("RateLimit-Limit %q, want 2 (--headers ratelimit over LIMIT_RESPONSE_HEADERS_ENABLED=false)", got)
 	}
 }
+
+// TestServeEnvoyEnvironmentRedisTypes runs tollgate serve with envoy's
+// REDIS_TYPE SENTINEL and CLUSTER against real deployments, their
+// addresses written as envoy writes them.
+func TestServeEnvoyEnvironmentRedisTypes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) string // REDIS_URL
+	}{
+		{"SENTINEL", func(t *testing.T) string {
+			s := redistest.NewSentinel(t, 1)
+			return strings.Join(append([]string{redistest.SentinelMasterName}, s.SentinelAddrs()...), ",")
+		}},
+		{"cluster", func(t *testing.T) string {
+			return strings.Join(redistest.NewCluster(t, 3, 0).Addrs(), ",")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := composeEnv(tc.start(t), runtimeTree(t, envoyEnvRules), "REDIS_TYPE="+tc.name)
+			p := startEnv(t, env)
+			if !p.readyWithin(15 * time.Second) {
+				t.Fatalf("not ready: Redis unreachable through %v", env)
+			}
+			user := "u-" + randomID()
+			for i, want := range []string{"OK: OK", "OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+				if got := codesOf(p.ask(request("rl", desc("user", user)))); got != want {
+					t.Errorf("request %d: %s, want %s", i+1, got, want)
+				}
+			}
+			if !strings.Contains(p.log.String(), "store=redis") {
+				t.Errorf("not deciding with Redis")
+			}
+		})
+	}
+}
