@@ -63,6 +63,8 @@ type serveFlags struct {
 	ipHeader    string
 	bounds      requestBounds
 	redisTLS    redisTLSFlags // tls.go
+	// envoy's Prometheus listener and local cache (serve only)
+	extra envoyExtras
 }
 
 // requestBounds are the flags bounding one request to the decision service
@@ -172,7 +174,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	target, err := resolveRedis(f.redis, f.redisPwFile, getenv)
+	target, err := resolveRedis(f.redis, f.redisPwFile, envoyRedisEnv(getenv))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -276,6 +278,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 		ropts = append(ropts, redisstore.WithPipeline(f.pipeline, 64))
 	}
 	rs := redisstore.New(client, append(ropts, redisstore.WithPrefix(f.redisPrefix))...)
+	store := f.extra.withLocalCache(rs, log)
 	// Preload the scripts; if Redis is not there yet, the first decisions
 	// load them.
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -284,7 +287,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	}
 	cancel()
 	return serveStore{
-		Store:   rs,
+		Store:   store,
 		name:    "redis",
 		ping:    func(ctx context.Context) error { return client.Ping(ctx).Err() },
 		cleanup: func() { client.Close() },
@@ -331,7 +334,7 @@ type serveOptions struct {
 }
 
 func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
-	o, code, ok := parseServe(args, stderr)
+	o, code, ok := parseServe(args, getenv, stderr)
 	if !ok {
 		return code
 	}
@@ -344,6 +347,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return 1
 	}
 	defer cleanup()
+	logEnvoyEnv(log, getenv)
 	tr, err := o.tracing.start(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
@@ -389,6 +393,12 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		defer ds.Close()
 	}
+	if ps, err := o.f.extra.servePrometheus(srv, &o.conns, log); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 1
+	} else if ps != nil {
+		defer ps.Close()
+	}
 	log.Info("listening", "http", hl.Addr().String(), "grpc", gl.Addr().String())
 
 	o.awaitStop(ctx, errc, srv, log)
@@ -401,9 +411,11 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	return 0
 }
 
-// parseServe parses serve's arguments and fills in the default addresses.
-// When it reports false, serve exits with code at once (0 for --help).
-func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok bool) {
+// parseServe parses serve's arguments, over the flag values taken from
+// envoyproxy/ratelimit's environment (see envoyenv.go), and fills in the
+// default addresses. When it reports false, serve exits with code at once
+// (0 for --help).
+func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, code int, ok bool) {
 	fs := flag.NewFlagSet("tollgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o = new(serveOptions)
@@ -421,10 +433,15 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 	o.conns.registerDebug(fs)
 	o.tracing.register(fs)
 	o.tls.register(fs)
+	o.f.extra.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
 		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
 		fs.PrintDefaults()
+	}
+	if _, err := applyEnvoyEnv(fs, getenv); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: envoyproxy/ratelimit's environment (see docs/envoy-environment.md): %v\n", err)
+		return nil, 2, false
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -434,6 +451,10 @@ func parseServe(args []string, stderr io.Writer) (o *serveOptions, code int, ok 
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2, false
+	}
+	if err := o.f.extra.check(); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}
 	if err := errors.Join(o.conns.check(true, o.debugAddr != ""), o.tls.check()); err != nil {
