@@ -141,10 +141,27 @@ func startTollgate(t *testing.T, sub string, args ...string) *proc {
 	return startTollgateWith(t, launch{}, sub, args...)
 }
 
+// withoutTollgateEnv is env without the variables tollgate reads, so that
+// a CI's PORT or HOST does not start tollgate in envoy's mode.
+func withoutTollgateEnv(env []string) []string {
+	read := map[string]bool{"REDIS_URL": true, "REDIS_AUTH": true}
+	for _, v := range envoyVars {
+		read[v.name] = true
+	}
+	var out []string
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); !read[name] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // launch is how a test starts tollgate, beyond its arguments.
 type launch struct {
 	// env is added to the test's environment, from which the variables
-	// tollgate reads (REDIS_URL, REDIS_AUTH) are first removed.
+	// tollgate reads (REDIS_URL, REDIS_AUTH, and every one of envoy's,
+	// PORT and HOST among them) are first removed.
 	env []string
 	// nofile, when positive, is the process's limit of open files.
 	nofile int
@@ -162,11 +179,7 @@ func startTollgateWith(t *testing.T, l launch, sub string, args ...string) *proc
 		// The shell sets the limit, soft and hard, then becomes tollgate.
 		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, l.nofile), bin}, full...)...)
 	}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REDIS_URL=") && !strings.HasPrefix(kv, "REDIS_AUTH=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Env = withoutTollgateEnv(os.Environ())
 	cmd.Env = append(cmd.Env, l.env...)
 	p := &proc{t: t, cmd: cmd, log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
 	p.cmd.Stderr = p.log
