@@ -15,6 +15,16 @@ deps:
 test: deps
 	$(GO) test -race -shuffle=on -count=1 ./...
 
+# bench measures tollgate against its peers side by side, in one run, and
+# prints the ratios (bench/RESULTS.md): the Redis rows against
+# go-redis/redis_rate, the memory rows against throttled and
+# sethvargo/go-limiter on 100,000 live keys, then the decision service
+# (bench/serveload), against envoyproxy/ratelimit when ENVOY_RATELIMIT
+# names its binary (built from its own source, never kept here).
+bench: deps
+	cd bench && $(GO) run ./cmd/compare
+	ENVOY_RATELIMIT="$(ENVOY_RATELIMIT)" bench/serveload/compare.sh
+
 # fuzz runs every fuzz target in the module (scripts/fuzz.sh) for FUZZTIME
 # each (default 30s): make fuzz FUZZTIME=5m.
 fuzz: deps
