@@ -245,6 +245,9 @@ func (f *serveFlags) serverOptions() ([]server.Option, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := f.rulesFiles.check(); err != nil {
+		return nil, err
+	}
 	return append(append(bounds, envoy...), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
 		server.WithLogInterval(f.logInterval), server.WithHeaders(flavor), server.WithLoadOptions(f.rulesFiles.options()...)), nil
 }
@@ -571,16 +574,35 @@ func (o *serveOptions) drain(g *grpc.Server, hs *http.Server) error {
 // out as envoyproxy/ratelimit's runtime reads them.
 type rulesFileFlags struct {
 	merge, tree, ignoreDot bool
+	limits                 config.Limits
 }
 
 func (r *rulesFileFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.merge, "merge-domains", false, "merge the descriptors of one domain defined in several files (envoy's MERGE_DOMAIN_CONFIG), instead of refusing the second")
 	fs.BoolVar(&r.tree, "runtime-tree", false, "read every file under --config, in every directory, as envoyproxy/ratelimit's runtime does, instead of the *.yaml and *.yml files in it")
 	fs.BoolVar(&r.ignoreDot, "ignore-dotfiles", true, "with --runtime-tree, skip files and directories whose names start with '.' (envoy's RUNTIME_IGNOREDOTFILES; envoy reads them by default)")
+	d := config.DefaultLimits()
+	fs.Int64Var(&r.limits.MaxFileSize, "rules-max-file-bytes", d.MaxFileSize, "largest rules file; a larger one is refused")
+	fs.Int64Var(&r.limits.MaxTotalSize, "rules-max-total-bytes", d.MaxTotalSize, "largest sum of the rules files")
+	fs.IntVar(&r.limits.MaxFiles, "rules-max-files", d.MaxFiles, "most rules files (and, with --runtime-tree, directories)")
+	fs.IntVar(&r.limits.MaxDescriptors, "rules-max-descriptors", d.MaxDescriptors, "most descriptors all the rules files together may define")
+}
+
+func (r *rulesFileFlags) check() error {
+	l := r.limits
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"--rules-max-file-bytes", l.MaxFileSize}, {"--rules-max-total-bytes", l.MaxTotalSize}, {"--rules-max-files", int64(l.MaxFiles)}, {"--rules-max-descriptors", int64(l.MaxDescriptors)}} {
+		if v.n <= 0 {
+			return fmt.Errorf("%s %d: want a positive number", v.name, v.n)
+		}
+	}
+	return nil
 }
 
 func (r *rulesFileFlags) options() []config.Option {
-	var opts []config.Option
+	opts := []config.Option{config.WithLimits(r.limits)}
 	if r.merge {
 		opts = append(opts, config.WithMergeDomains())
 	}

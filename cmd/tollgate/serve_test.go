@@ -763,6 +763,9 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--config", "../../config/testdata/envoy", "--redis", "http://x"}, 1, `redis URL scheme "http"`},
 		{[]string{"serve", "--config", "/nonexistent/rules.yaml"}, 1, "no such file"},
 		{[]string{"serve", "--config", "x.yaml", "--compat", "lyft"}, 2, `--compat "lyft"`},
+		{[]string{"serve", "--config", "x.yaml", "--rules-max-files", "0"}, 2, `--rules-max-files 0`},
+		{[]string{"serve", "--config", "../../config/testdata/envoy", "--rules-max-files", "1"}, 1, `limit of 1 .yaml and .yml files`},
+		{[]string{"serve", "--config", "../../config/testdata/envoy", "--rules-max-file-bytes", "100"}, 1, `larger than the limit of 100 bytes`},
 		{[]string{"serve", "--config", "x.yaml", "--near-limit-ratio", "1.5"}, 2, `--near-limit-ratio 1.5`},
 		{[]string{"serve", "--config", "../../config/testdata/envoy", "--header-limit", "X Limit"}, 1, `header name "X Limit"`},
 	}
