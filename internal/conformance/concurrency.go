@@ -404,9 +404,13 @@ func ConcurrencyModel(t *testing.T, b ConcurrencyBackend, steps int, seed uint64
 				}
 				model[key] = append(live, held{p.ID, p.Expires})
 				granted = append(granted, p)
-				// The invariant itself, counted in the store.
+				// The invariant itself, counted in the store: what it
+				// holds, lapsed permits included, never exceeds max. A
+				// store whose keys expire in real time may already have
+				// dropped some that the test's clock, standing still
+				// since the call, still counts.
 				n, _ := b.Held(t, store, key, now)
-				if n != len(model[key]) || n > max {
+				if n > len(model[key]) || n > max || b.StepsBack && n != len(model[key]) {
 					t.Fatalf("step %d: store holds %d permits on %s, model %d, max %d", i, n, key, len(model[key]), max)
 				}
 			}

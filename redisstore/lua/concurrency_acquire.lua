@@ -30,8 +30,9 @@
 --     many as stand in the way. It is an upper bound when holders release
 --     early, which they usually do.
 --   * The key's TTL is the latest lease, set in the same script that adds a
---     member, so an idle key disappears once every permit has lapsed and a
---     client that dies between calls cannot leave a key without one.
+--     member (and again by every call that finds the key), so an idle key
+--     disappears once every permit has lapsed and a client that dies
+--     between calls cannot leave a key without one.
 local key = KEYS[1]
 local max = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
@@ -41,10 +42,15 @@ redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
 local count = redis.call('ZCARD', key)
 if count >= max then
   local e = redis.call('ZRANGE', key, count - max, count - max, 'WITHSCORES')
-  local at = tonumber(e[2])
-  if not at then
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local at, latest = tonumber(e[2]), tonumber(last[2])
+  if not at or not latest then
     return corrupt()
   end
+  -- The TTL follows the latest lease on every call that finds the key, as
+  -- the rate limits' does, so the key outlives no permit if a clock given
+  -- to the store stepped back, and nothing longer than its latest lease.
+  expire(key, latest - now)
   return {0, 0, at - now, 0}
 end
 local expires = now + lease
