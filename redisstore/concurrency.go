@@ -42,7 +42,7 @@ func (s *Store) ConcurrencyKey(key string) string {
 	return s.prefix + "{" + key + "}:conc"
 }
 
-// now returns the scripts' now argument: '' for the Redis server's TIME,
+// nowArg returns the scripts' now argument: empty for the Redis server's TIME,
 // else the store's clock in µs.
 func (s *Store) nowArg() (string, error) {
 	if s.now == nil {

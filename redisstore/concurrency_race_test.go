@@ -36,7 +36,7 @@ func init() {
 const (
 	concMax        = 5
 	concLease      = 2 * time.Second
-	concWorkers    = 6    // goroutines per process
+	concWorkers    = 6      // goroutines per process
 	concRequests   = 10_000 // in all, taken by either process as it is free
 	concHoldAfter  = 2000   // the victim holds a permit for good after this many
 	concMaxWorkDur = 3 * time.Millisecond
