@@ -42,7 +42,9 @@ type ConcurrencyStore interface {
 	Acquire(ctx context.Context, key string, max int, lease time.Duration) (Permit, ConcurrencyResult, error)
 	// Release gives the permit's slot back at once. Releasing a permit that
 	// is already released or has lapsed does nothing and is not an error,
-	// so a deferred Release is always safe.
+	// so a deferred Release is always safe. Give it a context that the
+	// request's end does not cancel (context.WithoutCancel), or a remote
+	// store cannot be told and the slot stays taken until its lease ends.
 	Release(ctx context.Context, p Permit) error
 	// Renew extends a held permit to lease from now (which may also shorten
 	// it) and returns it with its new Expires. A permit that has lapsed is

@@ -116,6 +116,7 @@ func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease ti
 	if err != nil {
 		return tollgate.Permit{}, res, err
 	}
+	id := tollgate.NewPermitID() // drawn before the lock: it reads the system's random source
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -134,7 +135,7 @@ func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease ti
 		ps = &permits{exp: make(map[string]int64, 1), next: now + leaseUS}
 		s.insert(sh, key, ps, now)
 	}
-	p := tollgate.Permit{Key: key, ID: tollgate.NewPermitID(), Expires: time.UnixMicro(now + leaseUS)}
+	p := tollgate.Permit{Key: key, ID: id, Expires: time.UnixMicro(now + leaseUS)}
 	ps.set(p.ID, now+leaseUS)
 	res.Allowed = true
 	res.Remaining = max - count - 1

@@ -35,10 +35,10 @@ func init() {
 
 const (
 	concMax        = 5
-	concLease      = 2 * time.Second
-	concWorkers    = 6      // goroutines per process
-	concRequests   = 10_000 // in all, taken by either process as it is free
-	concHoldAfter  = 2000   // the victim holds a permit for good after this many
+	concLease      = 4 * time.Second // far above any request, so only a dead holder's permits lapse
+	concWorkers    = 6               // goroutines per process
+	concRequests   = 10_000          // in all, taken by either process as it is free
+	concHoldAfter  = 2000            // the victim holds a permit for good after this many
 	concMaxWorkDur = 3 * time.Millisecond
 )
 
@@ -198,7 +198,9 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '(' .. strin
 
 	start := time.Now().Add(1500 * time.Millisecond).UnixNano()
 	procs := [2]*concProc{}
-	var killedAt, deadAt time.Time
+	var killedAt, deadAt, deadRedis time.Time
+	var heldScore float64
+	var heldErr error
 	var runs sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range procs {
@@ -245,8 +247,13 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '(' .. strin
 				}
 			}
 			errs[i] = cmd.Wait()
-			if i == 1 {
+			if i == 1 && p.held != "" {
 				deadAt = time.Now()
+				// Dead, and still holding its slot: only the lease frees it.
+				heldScore, heldErr = rdb.ZScore(ctx, rkey, p.held).Result()
+				if heldErr == nil {
+					deadRedis, heldErr = rdb.Time(ctx).Result()
+				}
 			}
 		})
 	}
@@ -328,6 +335,12 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '(' .. strin
 	// then every slot can be taken again.
 	if !slices.Contains(outstanding, victim.held) {
 		t.Fatalf("the held permit %s is not among the victim's outstanding ones", victim.held)
+	}
+	if heldErr != nil {
+		t.Fatalf("the held permit at the victim's death: %v", heldErr)
+	}
+	if exp := time.UnixMicro(int64(heldScore)); !exp.After(deadRedis) {
+		t.Errorf("the held permit had lapsed (%v) when its holder died (%v): the test proves nothing", exp, deadRedis)
 	}
 	time.Sleep(time.Until(killedAt.Add(concLease)))
 	now, err := rdb.Time(ctx).Result()
