@@ -34,6 +34,11 @@ func concurrencyBackend(client func(*testing.T) redis.UniversalClient) conforman
 			}
 			return int(n), max(ttl, 0)
 		},
+		Keep: func(t *testing.T, s tollgate.ConcurrencyStore, key string) {
+			if err := client(t).PExpire(context.Background(), s.(*redisstore.Store).ConcurrencyKey(key), time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
 		// As for the rate limits: Redis counts TTLs in real milliseconds
 		// while the test's clock stands still.
 		TTLSlack: time.Second,
