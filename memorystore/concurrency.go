@@ -88,9 +88,11 @@ func NewConcurrency(opts ...Option) *Concurrency {
 // monotonic clock anchored to the wall clock when the store was made, so a
 // step of the system clock neither ends leases early nor stretches them.
 func (s *Concurrency) clock() (int64, error) {
-	now := s.startUS + int64(time.Since(s.start)/time.Microsecond)
+	var now int64
 	if s.now != nil {
 		now = s.now().UnixMicro()
+	} else {
+		now = s.startUS + int64(time.Since(s.start)/time.Microsecond)
 	}
 	if now < 0 || now > exact.MaxNow {
 		return 0, fmt.Errorf("memorystore: clock reads %v, outside what the store can count exactly (1970 to 2250)", time.UnixMicro(now).UTC())

@@ -58,7 +58,9 @@ func (s *Store) nowArg() (string, error) {
 // Acquire implements tollgate.ConcurrencyStore: one script call
 // (lua/concurrency_acquire.lua) drops the key's lapsed permits and adds a
 // new one if fewer than max remain. Invalid input is rejected before
-// anything is sent to Redis.
+// anything is sent to Redis. Acquire, Release and Renew are each sent on
+// their own, also with WithPipeline: they guard slow work, where a round
+// trip saved is nothing.
 func (s *Store) Acquire(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
 	res := tollgate.ConcurrencyResult{Max: max}
 	leaseUS, err := tollgate.CheckAcquire(key, max, lease)
@@ -144,7 +146,9 @@ func (s *Store) Renew(ctx context.Context, p tollgate.Permit, lease time.Duratio
 }
 
 // LoadConcurrency loads the concurrency scripts into the server's script
-// cache (on a Cluster, every master's), as Load does for the rate limits.
+// cache (on a Cluster, every master's), as Load does for the rate limits'
+// scripts. It is optional: a script the server lacks is sent once, then
+// cached.
 func (s *Store) LoadConcurrency(ctx context.Context) error {
 	for _, sc := range []*redis.Script{concAcquire, concRelease, concRenew} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
