@@ -1,0 +1,4 @@
+package redisstore
+
+// ParseInts is parseInts, for the reply checks' tests.
+var ParseInts = parseInts
