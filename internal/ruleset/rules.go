@@ -113,15 +113,25 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 	}, nil
 }
 
+// Scratch is the memory Decide needs for a request besides its stack:
+// room for the store keys, and for the context of the store calls. Both
+// would escape to the heap anyway (the key through the rules' key funcs,
+// the context to the store), so a transport that allocates memory of its
+// own for each request keeps a Scratch in it, and Decide allocates nothing
+// for them. A Scratch serves one request: a store may keep the context it
+// was given.
+type Scratch struct {
+	key [160]byte // a longer key grows on the heap
+	ctx callContext
+}
+
 // Decide applies every rule that matches req, in order, appending their
 // decisions to dst. It stops at the first verdict that blocks and returns
 // it (its Rule names the rule); otherwise it returns an Allowed verdict
-// whose Delay is the longest shaping delay of the rules.
-func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision) (Verdict, []headers.Decision) {
-	var (
-		keyBuf [160]byte
-		delay  time.Duration
-	)
+// whose Delay is the longest shaping delay of the rules. s is the
+// request's Scratch; if nil, Decide allocates one when a rule applies.
+func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision, s *Scratch) (Verdict, []headers.Decision) {
+	var delay time.Duration
 	q := rs.engine.Begin(ctx)
 	defer q.End()
 	for i := range rs.rules {
@@ -141,7 +151,11 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 				continue
 			}
 		}
-		b := append(keyBuf[:0], p.prefix...)
+		if s == nil {
+			s = new(Scratch)
+		}
+		q.room = &s.ctx
+		b := append(s.key[:0], p.prefix...)
 		b, ok := p.key.appendValue(b, req)
 		if !ok {
 			continue
