@@ -117,15 +117,22 @@ func (q *Request) End() {
 // returns the context of its store calls. Once it is armed, Spend may be
 // called from several goroutines at once (a request's descriptors decided
 // together); before, a Request is for one goroutine.
-func (q *Request) Context() context.Context { return q.context() }
+func (q *Request) Context() context.Context {
+	ctx, _ := q.context()
+	return ctx
+}
 
-// context returns the context of the request's store calls.
-func (q *Request) context() context.Context {
-	if !q.armed {
-		q.armed = true
-		q.ctx, q.cancel = q.e.callContext(q.ctx, q.room)
+// context returns the context of the request's store calls, and whether
+// it was armed just now on a shared deadline, which leaves the call at
+// least the engine's timeout: then it has not expired, and Spend need not
+// read the clock again to know.
+func (q *Request) context() (ctx context.Context, fresh bool) {
+	if q.armed {
+		return q.ctx, false
 	}
-	return q.ctx
+	q.armed = true
+	q.ctx, q.cancel, fresh = q.e.callContext(q.ctx, q.room)
+	return q.ctx, fresh
 }
 
 // callContext returns the context for the store calls of a request whose
@@ -135,24 +142,26 @@ func (q *Request) context() context.Context {
 // mode's answer still reaches the caller before it gives up. When the
 // shared deadline serves, its context is made in room, if not nil, and the
 // cancel func is nil: a request that brings room of its own allocates
-// nothing here.
-func (e *Engine) callContext(parent context.Context, room *callContext) (context.Context, context.CancelFunc) {
+// nothing here. shared reports that the shared deadline serves.
+func (e *Engine) callContext(parent context.Context, room *callContext) (ctx context.Context, cancel context.CancelFunc, shared bool) {
 	if e.deadlines == nil {
-		return e.deadlines.AnswerBy(parent) // the caller's deadline alone
+		ctx, cancel = e.deadlines.AnswerBy(parent) // the caller's deadline alone
+		return ctx, cancel, false
 	}
 	sh := e.sharedDeadline()
 	if dl, ok := parent.Deadline(); ok {
 		if by := dl.Add(-guard.ReplyReserve(time.Until(dl))); !sh.deadline.Before(by) {
 			// The caller's deadline comes first: a timer of its own, which
 			// only callers in a hurry pay for.
-			return context.WithDeadline(parent, by)
+			ctx, cancel = context.WithDeadline(parent, by)
+			return ctx, cancel, false
 		}
 	}
 	if room == nil {
 		room = new(callContext)
 	}
 	*room = callContext{Context: sh.ctx, values: parent}
-	return room, nil
+	return room, nil, true
 }
 
 // sharedDeadline is one deadline of an Engine's guard.Deadlines: its
@@ -204,8 +213,8 @@ func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) S
 		err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
 		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}
 	}
-	ctx := q.context()
-	if expired(ctx) {
+	ctx, fresh := q.context()
+	if !fresh && expired(ctx) {
 		// A store call of this request timed out, or the caller is gone.
 		if p.Skipped != nil {
 			p.Skipped.Inc()
