@@ -257,8 +257,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 const maxDecisions = 8 // on the stack; more policies spill to the heap
 
 // frame is what a request needs beyond the stack, in one allocation: the
-// rules' room for the store key and the store calls' context, and the
-// slices of the header values, which the response keeps. With it, an
+// rules' room for the store calls' context, which goes to the store, and
+// the slices of the header values, which the response keeps. With it, an
 // admitted request allocates three times: the frame, the store key (the
 // store keeps it) and the string of the header values.
 type frame struct {

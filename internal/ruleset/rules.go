@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -113,17 +114,22 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 	}, nil
 }
 
-// Scratch is the memory Decide needs for a request besides its stack:
-// room for the store keys, and for the context of the store calls. Both
-// would escape to the heap anyway (the key through the rules' key funcs,
-// the context to the store), so a transport that allocates memory of its
-// own for each request keeps a Scratch in it, and Decide allocates nothing
-// for them. A Scratch serves one request: a store may keep the context it
+// Scratch is room for the context of a request's store calls, which
+// escapes to the store: a transport that allocates memory of its own for
+// each request keeps a Scratch in it, and Decide allocates nothing for the
+// context. A Scratch serves one request: a store may keep the context it
 // was given.
 type Scratch struct {
-	key [160]byte // a longer key grows on the heap
 	ctx callContext
 }
+
+// keyBuffer is where Decide builds store keys. It would escape to the heap
+// (the rules' key funcs see it), and a request's keys are done with when
+// Decide returns (the store gets a copy), so buffers are reused, from
+// keyBuffers: a request allocates only its keys' strings.
+type keyBuffer [160]byte // a longer key grows on the heap
+
+var keyBuffers = sync.Pool{New: func() any { return new(keyBuffer) }}
 
 // Decide applies every rule that matches req, in order, appending their
 // decisions to dst. It stops at the first verdict that blocks and returns
@@ -134,6 +140,8 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 	var delay time.Duration
 	q := rs.engine.Begin(ctx)
 	defer q.End()
+	kb := keyBuffers.Get().(*keyBuffer)
+	defer keyBuffers.Put(kb)
 	for i := range rs.rules {
 		p := &rs.rules[i]
 		if p.applies != nil && !p.applies(req) {
@@ -155,7 +163,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 			s = new(Scratch)
 		}
 		q.room = &s.ctx
-		b := append(s.key[:0], p.prefix...)
+		b := append(kb[:0], p.prefix...)
 		b, ok := p.key.appendValue(b, req)
 		if !ok {
 			continue
