@@ -294,7 +294,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // check decides a call and returns the rate-limit header metadata and, when
 // the call must not proceed, its status error.
 func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error) {
-	v, ds := l.rules.Decide(ctx, call{ctx: ctx, method: method, ips: l.rules.ClientIP(), ipHeader: l.ipHeader}, nil)
+	v, ds := l.rules.Decide(ctx, call{ctx: ctx, method: method, ips: l.rules.ClientIP(), ipHeader: l.ipHeader}, nil, nil)
 	md := l.metadata(ds)
 	if v.Outcome.Blocks() {
 		return md, l.denial(v)

@@ -33,3 +33,22 @@ func ExampleWrite() {
 	// X-RateLimit-Reset: 1767268802
 	// Retry-After: 2
 }
+
+// A middleware that keeps its own memory for each request keeps a Values in
+// it, so that writing the headers allocates only their values' string.
+func ExampleValues_Write() {
+	type requestState struct {
+		// ... the rest of the middleware's per-request state
+		headerValues headers.Values
+	}
+	st := new(requestState) // one allocation per request, made anyway
+	h := http.Header{}
+	st.headerValues.Write(h, headers.Draft, time.Now(), headers.Decision{Policy: "api", Result: tollgate.Result{
+		Allowed: true, Limit: tollgate.PerMinute(100), Remaining: 99, ResetAfter: 600 * time.Millisecond,
+	}})
+	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))
+	fmt.Println("RateLimit:", h.Get("RateLimit"))
+	// Output:
+	// RateLimit-Policy: "api";q=100;w=60
+	// RateLimit: "api";r=99;t=1
+}

@@ -215,10 +215,31 @@ func SetRetryAfter(h http.Header, d time.Duration) {
 // dry-run ones for the single-value flavours, those fields are left alone.
 //
 // Write allocates twice however many fields it sets (one string holding
-// every value, one slice backing every field), so it is cheap enough for
-// every response. The slices it stores in h have no spare capacity: adding a
-// value to a field copies it first.
+// every value, one array backing every field's slice), so it is cheap
+// enough for every response; Values.Write saves the second. The slices it
+// stores in h have no spare capacity: adding a value to a field copies it
+// first.
 func Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
+	write(h, f, now, nil, ds)
+}
+
+// Values is room for the slices Write stores in a header: one per field,
+// for every flavour and Retry-After. A caller that already has memory of
+// its own for each response (a middleware's per-request state) can keep
+// a Values in it, so that writing the headers allocates only the string
+// holding their values.
+type Values [maxFieldsPerWrite]string
+
+// Write is the package's Write, with the fields' slices in v instead of a
+// new array. h keeps them: v serves one header, and must not be reused
+// while h is in use.
+func (v *Values) Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
+	write(h, f, now, v[:], ds)
+}
+
+// write is Write, with room for the fields' slices in vals (at least
+// maxFieldsPerWrite of them), or in a new array when vals is nil.
+func write(h http.Header, f Flavor, now time.Time, vals []string, ds []Decision) {
 	if len(ds) == 0 {
 		return
 	}
@@ -283,7 +304,9 @@ func Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
 	}
 
 	all := string(buf)
-	vals := make([]string, n)
+	if vals == nil {
+		vals = make([]string, n)
+	}
 	start := 0
 	for i := 0; i < n; i++ {
 		vals[i] = all[start:ends[i]]

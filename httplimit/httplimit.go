@@ -256,11 +256,22 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 
 const maxDecisions = 8 // on the stack; more policies spill to the heap
 
+// frame is what a request needs beyond the stack, in one allocation: the
+// rules' room for the store calls' context, which goes to the store, and
+// the slices of the header values, which the response keeps. With it, an
+// admitted request allocates three times: the frame, the store key (the
+// store keeps it) and the string of the header values.
+type frame struct {
+	rules  ruleset.Scratch
+	values headers.Values
+}
+
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	var decs [maxDecisions]headers.Decision
+	f := new(frame)
 	ctx := r.Context()
-	v, ds := l.rules.Decide(ctx, call{r: r, ips: l.rules.ClientIP()}, decs[:0])
-	l.writeHeaders(w, ds)
+	v, ds := l.rules.Decide(ctx, call{r: r, ips: l.rules.ClientIP()}, decs[:0], &f.rules)
+	l.writeHeaders(w, &f.values, ds)
 	if v.Outcome.Blocks() {
 		l.rejectVerdict(w, r, v)
 		return
@@ -274,7 +285,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	next.ServeHTTP(w, r)
 }
 
-func (l *Limiter) writeHeaders(w http.ResponseWriter, ds []headers.Decision) {
+func (l *Limiter) writeHeaders(w http.ResponseWriter, vals *headers.Values, ds []headers.Decision) {
 	if len(ds) == 0 {
 		return
 	}
@@ -283,7 +294,7 @@ func (l *Limiter) writeHeaders(w http.ResponseWriter, ds []headers.Decision) {
 	if flavor&headers.XRateLimit != 0 {
 		now = l.rules.Now() // only X-RateLimit-Reset needs the time
 	}
-	headers.Write(w.Header(), flavor, now, ds...)
+	vals.Write(w.Header(), flavor, now, ds...)
 }
 
 func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, v ruleset.Verdict) {

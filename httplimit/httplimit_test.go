@@ -406,14 +406,25 @@ func TestShapingWaitsForReal(t *testing.T) {
 		t.Errorf("shaped request answered after %v, before its delay of about 50ms", elapsed)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	// A request whose deadline comes before its turn is answered at once.
+	// Its own limiter drains one a second, so its turn is about a second
+	// away, and its deadline, 300 ms, leaves the store call most of that:
+	// neither a pause of the machine before it (the queue drains) nor one
+	// during it (the store's deadline passes) can let it through.
+	slow := mustNew(t, memorystore.New(), []httplimit.Rule{{
+		Name: "shape", Policies: []httplimit.Policy{{Name: "drain", Limit: tollgate.Limit{
+			Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: 10 * time.Second,
+		}}},
+	}}).Handler(okHandler)
+	do(slow, "GET", "/", "192.0.2.1:1", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
 	r.RemoteAddr = "192.0.2.1:1"
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, r) // would have to wait about 100 ms
+	slow.ServeHTTP(rec, r) // would have to wait about a second
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
-		t.Errorf("deadline before the delay: status %d, Retry-After %q; want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+		t.Errorf("deadline before the delay: status %d, Retry-After %q, RateLimit %q; want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("RateLimit"))
 	}
 }
 

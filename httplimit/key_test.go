@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
@@ -141,5 +144,67 @@ func TestHashedKeysApartFromLiterals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConcurrentKeysApart: requests decided at the same time, from several
+// goroutines, each spend their own key's counter and no other, whatever
+// their keys' lengths: short, longer than the room a key is first built in,
+// and longer than a store key, hashed. Every key has a burst of five and
+// gets exactly five requests, all admitted; a sixth is then denied. A key
+// built in a buffer another request was still using would put a request on
+// the wrong counter: one key would be denied early, another admit a sixth;
+// under the race detector (go test -race), the sharing itself fails the
+// test even when no request lands on the wrong counter.
+func TestConcurrentKeysApart(t *testing.T) {
+	t.Parallel()
+	const perKey = 5
+	c := newClock() // no refill while the test runs
+	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []httplimit.Rule{{
+		Name:     "api",
+		Key:      httplimit.Header("X-API-Key"),
+		Policies: []httplimit.Policy{{Name: "burst", Limit: tollgate.Limit{Rate: perKey, Period: time.Hour, Burst: perKey}}},
+	}})
+	h := lim.Handler(okHandler)
+	var keys []string
+	for i, n := range []int{1, 8, 40, 150, 200, 400, 600, 2000} {
+		for j := range 4 {
+			// Keys of one length differ at the start and at the end.
+			keys = append(keys, strconv.Itoa(i)+strconv.Itoa(j)+strings.Repeat("k", n)+strconv.Itoa(j))
+		}
+	}
+	jobs := make(chan string)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		denied = map[string]int{}
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range jobs {
+				if w := do(h, "GET", "/", "192.0.2.1:1", http.Header{"X-Api-Key": {k}}); w.Code != http.StatusOK {
+					mu.Lock()
+					denied[k]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for range perKey {
+		for _, i := range rand.Perm(len(keys)) {
+			jobs <- keys[i]
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	for k, n := range denied {
+		t.Errorf("key of %d bytes: %d of its %d requests denied, want none", len(k), n, perKey)
+	}
+	for _, k := range keys {
+		if w := do(h, "GET", "/", "192.0.2.1:1", http.Header{"X-Api-Key": {k}}); w.Code != http.StatusTooManyRequests {
+			t.Errorf("key of %d bytes: request %d answered %d, want 429", len(k), perKey+1, w.Code)
+		}
 	}
 }

@@ -35,7 +35,7 @@ func (r TestRule) FailureMode() FailureMode { return r.r.point.Mode }
 // Deadline is the context a request's store calls get.
 func (e *Engine) Deadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	q := e.Begin(ctx)
-	return q.context(), q.End
+	return q.Context(), q.End
 }
 
 // SetNow replaces the clock used to rate-limit logs.

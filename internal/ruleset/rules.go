@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -113,17 +114,34 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 	}, nil
 }
 
+// Scratch is room for the context of a request's store calls, which
+// escapes to the store: a transport that allocates memory of its own for
+// each request keeps a Scratch in it, and Decide allocates nothing for the
+// context. A Scratch serves one request: a store may keep the context it
+// was given.
+type Scratch struct {
+	ctx callContext
+}
+
+// keyBuffer is where Decide builds store keys. It would escape to the heap
+// (the rules' key funcs see it), and a request's keys are done with when
+// Decide returns (the store gets a copy), so buffers are reused, from
+// keyBuffers: a request allocates only its keys' strings.
+type keyBuffer [160]byte // a longer key grows on the heap
+
+var keyBuffers = sync.Pool{New: func() any { return new(keyBuffer) }}
+
 // Decide applies every rule that matches req, in order, appending their
 // decisions to dst. It stops at the first verdict that blocks and returns
 // it (its Rule names the rule); otherwise it returns an Allowed verdict
-// whose Delay is the longest shaping delay of the rules.
-func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision) (Verdict, []headers.Decision) {
-	var (
-		keyBuf [160]byte
-		delay  time.Duration
-	)
+// whose Delay is the longest shaping delay of the rules. s is the
+// request's Scratch; if nil, Decide allocates one when a rule applies.
+func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision, s *Scratch) (Verdict, []headers.Decision) {
+	var delay time.Duration
 	q := rs.engine.Begin(ctx)
 	defer q.End()
+	kb := keyBuffers.Get().(*keyBuffer)
+	defer keyBuffers.Put(kb)
 	for i := range rs.rules {
 		p := &rs.rules[i]
 		if p.applies != nil && !p.applies(req) {
@@ -141,7 +159,11 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 				continue
 			}
 		}
-		b := append(keyBuf[:0], p.prefix...)
+		if s == nil {
+			s = new(Scratch)
+		}
+		q.room = &s.ctx
+		b := append(kb[:0], p.prefix...)
 		b, ok := p.key.appendValue(b, req)
 		if !ok {
 			continue

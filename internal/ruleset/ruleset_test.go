@@ -2,7 +2,9 @@ package ruleset_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +48,87 @@ func TestSharedDeadline(t *testing.T) {
 	defer done()
 	if dl, ok := ctx.Deadline(); !ok || dl.After(callerDL) {
 		t.Errorf("store calls end at %v, after the caller's deadline %v", dl, callerDL)
+	}
+}
+
+// TestSharedDeadlineBounds asks for store-call contexts from several
+// goroutines, across many of the shared deadlines, and checks each: its
+// deadline leaves at least the timeout after the ask began, at most the
+// timeout plus guard's step (timeout/8, at most 1 ms) after it returned;
+// it keeps the caller's values; it is never done before its deadline, and
+// it does end, with context.DeadlineExceeded. These are orderings of
+// instants read around each call, so a loaded machine cannot break them.
+func TestSharedDeadlineBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		timeout, step time.Duration
+		parent        func() (context.Context, context.CancelFunc)
+	}{
+		{2 * time.Millisecond, 250 * time.Microsecond, func() (context.Context, context.CancelFunc) {
+			return context.Background(), func() {}
+		}},
+		{20 * time.Millisecond, time.Millisecond, func() (context.Context, context.CancelFunc) {
+			return context.Background(), func() {}
+		}},
+		// A caller's deadline later than the shared one leaves it in charge.
+		{20 * time.Millisecond, time.Millisecond, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Hour)
+		}},
+	} {
+		e := ruleset.New(memorystore.New(), ruleset.WithTimeout(tc.timeout))
+		base, cancel := tc.parent()
+		defer cancel()
+		parent := context.WithValue(base, ctxKey{}, "trace-1")
+		var (
+			wg                          sync.WaitGroup
+			mu                          sync.Mutex
+			n, short, long, early, lost int
+			last                        context.Context
+		)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+					t0 := time.Now()
+					ctx, done := e.Deadline(parent)
+					t1 := time.Now()
+					dl, ok := ctx.Deadline()
+					err := ctx.Err()
+					t2 := time.Now()
+					done()
+					mu.Lock()
+					n++
+					if !ok || dl.Before(t0.Add(tc.timeout)) {
+						short++
+					}
+					if dl.After(t1.Add(tc.timeout + tc.step)) {
+						long++
+					}
+					if err != nil && t2.Before(dl) {
+						early++
+					}
+					if ctx.Value(ctxKey{}) != "trace-1" {
+						lost++
+					}
+					last = ctx
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if short+long+early+lost > 0 {
+			t.Errorf("timeout %v: of %d contexts, %d had less than the timeout, %d more than timeout+step (%v), %d were done before their deadline, %d lost the caller's values",
+				tc.timeout, n, short, long, tc.step, early, lost)
+		}
+		select {
+		case <-last.Done():
+		case <-time.After(10 * time.Second): // only a broken deadline gets here
+			t.Fatalf("timeout %v: the deadline never fired", tc.timeout)
+		}
+		if got := last.Err(); !errors.Is(got, context.DeadlineExceeded) {
+			t.Errorf("timeout %v: Err() = %v after Done, want DeadlineExceeded", tc.timeout, got)
+		}
 	}
 }
 
@@ -161,7 +244,7 @@ func TestOneTimeoutPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, _ := rules.Decide(context.Background(), 0, nil)
+	v, _ := rules.Decide(context.Background(), 0, nil, nil)
 	if got, want := v.Outcome, ruleset.Allowed; got != want {
 		t.Errorf("outcome %v, want %v (both rules fail open)", got, want)
 	}

@@ -1,0 +1,63 @@
+package httplimit_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/memorystore"
+)
+
+// TestAllocsPerRequest counts the heap allocations of one admitted request
+// through the middleware over memorystore, whose hot path allocates
+// nothing for a key it already holds. Three are the most a request needs:
+// the store key (Store takes a string, which memorystore keeps), the header
+// values (one string for all of them), and one block for the rest of the
+// request's state. A count is not a time: it is the same on a loaded
+// machine. Not parallel: the count is the whole process's.
+func TestAllocsPerRequest(t *testing.T) {
+	limit := tollgate.Limit{Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}
+	far, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		opts []httplimit.Option
+		ctx  context.Context
+		want float64
+	}{
+		{"default options", nil, context.Background(), 3},
+		{"caller's deadline after the shared one", nil, far, 3},
+		{"no deadline", []httplimit.Option{httplimit.WithTimeout(0)}, context.Background(), 3},
+		{"every header flavour", []httplimit.Option{httplimit.WithHeaders(headers.AllFlavors)}, context.Background(), 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
+				Name:     "api",
+				Pattern:  "/api/",
+				Policies: []httplimit.Policy{{Name: "api", Limit: limit}},
+			}}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := (&http.Request{Method: "GET", URL: mustURL("/api/items"), RemoteAddr: "192.0.2.1:40000", Header: http.Header{}}).WithContext(tc.ctx)
+			w := &benchWriter{h: http.Header{"Content-Type": {"application/json"}}}
+			// AllocsPerRun's first, uncounted run makes the store's state
+			// for the key; clearing keeps the map's room.
+			got := testing.AllocsPerRun(1000, func() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			})
+			if w.h.Get("RateLimit") == "" {
+				t.Fatal("no RateLimit header: the request did not go through the rule")
+			}
+			if got > tc.want {
+				t.Errorf("%v allocations per request, want at most %v", got, tc.want)
+			}
+		})
+	}
+}
