@@ -87,22 +87,40 @@ func ReplyReserve(remaining time.Duration) time.Duration {
 // called when the calls are done; it is a no-op when the shared deadline
 // serves.
 func (d *Deadlines) AnswerBy(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel, _ := d.AnswerIn(parent, nil)
+	return ctx, cancel
+}
+
+// Room is memory for the context AnswerIn makes when the shared deadline
+// serves: a caller that keeps one per request allocates nothing there.
+type Room struct{ withValues }
+
+// AnswerIn is AnswerBy, making the context in room (when not nil) if the
+// shared deadline serves; shared reports that it does, and so that the
+// context leaves the calls at least the timeout: it has not expired.
+func (d *Deadlines) AnswerIn(parent context.Context, room *Room) (ctx context.Context, cancel context.CancelFunc, shared bool) {
 	dl, ok := parent.Deadline()
-	if !ok {
-		if d == nil {
-			return parent, func() {}
+	if d == nil {
+		if !ok {
+			return parent, func() {}, false
 		}
-		return d.Context(parent), func() {}
+		ctx, cancel = context.WithDeadline(parent, dl.Add(-ReplyReserve(time.Until(dl))))
+		return ctx, cancel, false
 	}
-	by := dl.Add(-ReplyReserve(time.Until(dl)))
-	if d != nil {
-		if ep := d.current(); ep.deadline.Before(by) {
-			return &withValues{Context: ep.ctx, values: parent}, func() {}
+	ep := d.current()
+	if ok {
+		if by := dl.Add(-ReplyReserve(time.Until(dl))); !ep.deadline.Before(by) {
+			// The caller's deadline comes first: a timer of its own, which
+			// only callers in a hurry pay for.
+			ctx, cancel = context.WithDeadline(parent, by)
+			return ctx, cancel, false
 		}
 	}
-	// The caller's deadline comes first: a timer of its own, which only
-	// callers in a hurry pay for.
-	return context.WithDeadline(parent, by)
+	if room == nil {
+		room = new(Room)
+	}
+	room.withValues = withValues{Context: ep.ctx, values: parent}
+	return room, func() {}, true
 }
 
 // current returns the epoch for a call starting now.

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/storekey"
 )
 
@@ -120,7 +121,7 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 // context. A Scratch serves one request: a store may keep the context it
 // was given.
 type Scratch struct {
-	ctx callContext
+	ctx guard.Room
 }
 
 // keyBuffer is where Decide builds store keys. It would escape to the heap

@@ -21,10 +21,10 @@ import (
 // store call it puts what a decision needs wherever it comes from:
 //
 //   - a deadline: the sooner of the engine's timeout and the caller's own
-//     deadline less a reserve for the answer (guard.ReplyReserve), shared
-//     by every store call of one request (Request), and when the engine's
-//     timeout comes first, by the requests that start at about the same
-//     time (guard.Deadlines);
+//     deadline less a reserve for the answer (guard.Deadlines.AnswerIn),
+//     shared by every store call of one request (Request), and when the
+//     engine's timeout comes first, by the requests that start at about
+//     the same time;
 //   - a cost above what the limit can ever admit is denied without a store
 //     call (tollgate.ErrCostExceedsBurst), so a sliding log never writes an
 //     entry per hit of a request that cannot pass;
@@ -40,8 +40,6 @@ import (
 type Engine struct {
 	store     tollgate.Store
 	deadlines *guard.Deadlines // nil: no deadline of the engine's own
-	timeout   time.Duration
-	shared    atomic.Pointer[sharedDeadline] // the latest of deadlines
 	logger    *slog.Logger
 	now       func() time.Time
 	failLog   guard.Sampler
@@ -51,7 +49,7 @@ type Engine struct {
 // request's store calls (0: only the caller's deadline does); failures are
 // logged to logger at most once per logEvery, paced by now.
 func NewEngine(store tollgate.Store, timeout time.Duration, logger *slog.Logger, logEvery time.Duration, now func() time.Time) *Engine {
-	e := &Engine{store: store, timeout: timeout, logger: logger, now: now}
+	e := &Engine{store: store, logger: logger, now: now}
 	e.failLog.Every = logEvery
 	if timeout > 0 {
 		e.deadlines = guard.NewDeadlines(timeout)
@@ -98,7 +96,7 @@ type Request struct {
 	e        *Engine
 	ctx      context.Context
 	cancel   context.CancelFunc
-	room     *callContext // where to make the shared deadline's context; nil: a new one
+	room     *guard.Room // where to make the shared deadline's context; nil: a new one
 	armed    bool
 	timedOut atomic.Bool // a timeout of this request has been counted
 }
@@ -123,7 +121,7 @@ func (q *Request) Context() context.Context {
 }
 
 // context returns the context of the request's store calls, and whether
-// it was armed just now on a shared deadline, which leaves the call at
+// it was armed just now on the shared deadline, which leaves the calls at
 // least the engine's timeout: then it has not expired, and Spend need not
 // read the clock again to know.
 func (q *Request) context() (ctx context.Context, fresh bool) {
@@ -131,78 +129,9 @@ func (q *Request) context() (ctx context.Context, fresh bool) {
 		return q.ctx, false
 	}
 	q.armed = true
-	q.ctx, q.cancel, fresh = q.e.callContext(q.ctx, q.room)
+	q.ctx, q.cancel, fresh = q.e.deadlines.AnswerIn(q.ctx, q.room)
 	return q.ctx, fresh
 }
-
-// callContext returns the context for the store calls of a request whose
-// caller's context is parent, as guard.Deadlines.AnswerBy makes it: they
-// end at the sooner of the shared deadline and the caller's deadline less
-// its guard.ReplyReserve, so that when the store is slow the failure
-// mode's answer still reaches the caller before it gives up. When the
-// shared deadline serves, its context is made in room, if not nil, and the
-// cancel func is nil: a request that brings room of its own allocates
-// nothing here. shared reports that the shared deadline serves.
-func (e *Engine) callContext(parent context.Context, room *callContext) (ctx context.Context, cancel context.CancelFunc, shared bool) {
-	if e.deadlines == nil {
-		ctx, cancel = e.deadlines.AnswerBy(parent) // the caller's deadline alone
-		return ctx, cancel, false
-	}
-	sh := e.sharedDeadline()
-	if dl, ok := parent.Deadline(); ok {
-		if by := dl.Add(-guard.ReplyReserve(time.Until(dl))); !sh.deadline.Before(by) {
-			// The caller's deadline comes first: a timer of its own, which
-			// only callers in a hurry pay for.
-			ctx, cancel = context.WithDeadline(parent, by)
-			return ctx, cancel, false
-		}
-	}
-	if room == nil {
-		room = new(callContext)
-	}
-	*room = callContext{Context: sh.ctx, values: parent}
-	return room, nil, true
-}
-
-// sharedDeadline is one deadline of an Engine's guard.Deadlines: its
-// context, which carries no values, and its instant.
-type sharedDeadline struct {
-	ctx      context.Context
-	deadline time.Time
-}
-
-// sharedDeadline returns the shared deadline for a request starting now.
-// guard.Deadlines.Context wraps the shared deadline with the caller's
-// values in a new context on every call; the engine asks it once per
-// deadline, for one without values, and keeps it while it still leaves a
-// request its whole timeout — the rule by which Deadlines hands a deadline
-// out — so each request's context can be made where the request has room
-// (callContext). Each request still gets between the timeout and the
-// timeout plus Deadlines' step; the contexts of expired deadlines are
-// released by Deadlines, as before.
-func (e *Engine) sharedDeadline() *sharedDeadline {
-	if sh := e.shared.Load(); sh != nil && time.Until(sh.deadline) > e.timeout {
-		return sh
-	}
-	ctx := e.deadlines.Context(context.Background())
-	dl, _ := ctx.Deadline()
-	sh := &sharedDeadline{ctx: ctx, deadline: dl}
-	e.shared.Store(sh)
-	return sh
-}
-
-// callContext is the context of a request's store calls under a shared
-// deadline: the deadline's Deadline, Done and Err, and the values of the
-// caller's context (trace IDs, ...). Like guard.Deadlines.Context, it does
-// not see the caller's cancellation: a call whose caller went away still
-// ends by the shared deadline, which is short, rather than pay for
-// watching the caller.
-type callContext struct {
-	context.Context // the shared deadline's
-	values          context.Context
-}
-
-func (c *callContext) Value(key any) any { return c.values.Value(key) }
 
 // Spend spends n (0 looks) of l for key on behalf of the rule at p, whose
 // policy (if it has named ones) is named in failure logs.
