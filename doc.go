@@ -21,6 +21,9 @@
 //     Wait and WaitN to stay under somebody else's quota, Peek and Reset.
 //   - Result is the answer: Allowed, Remaining, RetryAfter, ResetAfter and,
 //     for shaping, Delay. Being over the limit is a Result, never an error.
+//   - ConcurrencyStore bounds how many requests run at once rather than how
+//     many start per period: Acquire a Permit, Release it when done; a
+//     permit whose holder died lapses after its lease.
 //
 // Around the core, sibling packages put limits in the request path
 // (httplimit, grpclimit), on the client side (retry), and behind a gateway
