@@ -21,13 +21,14 @@ import (
 //	GCRA:                   a theoretical arrival time: a µs, b fraction, c fraction units per µs
 //	fixed window:           a window index, b count
 //	sliding window counter: a window index, b current count, c previous count
-//	sliding window log:     log, the admitted times
+//	sliding window log:     a the index + 1 of its log in the shard's logs
+//	                        (the store's, not the algorithm's), log the
+//	                        admitted times
 type state struct {
 	a, b, c int64
 	// expires is when the state is back to full (µs): from then on it
 	// decides like a fresh key, so it may be reclaimed.
 	expires int64
-	log     ring
 }
 
 // decision is what one call decides, in µs.
@@ -37,14 +38,15 @@ type decision struct {
 	remaining, retry, reset, delay int64
 }
 
-func decide(s *state, fresh bool, p *tollgate.Params, now, n int64) decision {
+// decideOn makes one decision on s (and log, a sliding window log's).
+func decideOn(s *state, log *ring, fresh bool, p *tollgate.Params, now, n int64) decision {
 	switch p.Algorithm {
 	case tollgate.GCRA:
 		return gcra(s, fresh, p, now, n)
 	case tollgate.FixedWindow:
 		return fixedWindow(s, fresh, p, now, n)
 	case tollgate.SlidingWindowLog:
-		return slidingWindowLog(s, fresh, p, now, n)
+		return slidingWindowLog(log, fresh, p, now, n)
 	case tollgate.SlidingWindowCounter:
 		return slidingWindowCounter(s, fresh, p, now, n)
 	case tollgate.LeakyBucket:
@@ -262,8 +264,7 @@ func slidingWindowCounter(s *state, fresh bool, p *tollgate.Params, now, n int64
 	return d
 }
 
-func slidingWindowLog(s *state, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
-	log := &s.log
+func slidingWindowLog(log *ring, fresh bool, p *tollgate.Params, now, n int64) (d decision) {
 	if fresh { // an expired log: keep its buffer, not its entries
 		log.head, log.n = 0, 0
 	}

@@ -83,3 +83,53 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLimiterAllow: what an application's Limiter.Allow costs on this
+// store, token bucket, 100,000 existing keys visited by a prime stride (not
+// in the order they were made, which often is their order in memory), from
+// one goroutine and from all CPUs. Every call is admitted.
+//
+//	go test -run '^$' -bench LimiterAllow -benchmem ./memorystore/
+func BenchmarkLimiterAllow(b *testing.B) {
+	const nkeys = 100_000
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	limit := benchLimits()[0]
+	l := tollgate.New(memorystore.New())
+	for _, k := range keys {
+		if _, err := l.Allow(ctx, k, limit); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for range b.N {
+			if i += 7919; i >= nkeys {
+				i -= nkeys
+			}
+			if r, err := l.Allow(ctx, keys[i], limit); err != nil || !r.Allowed {
+				b.Fatal(r, err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		var seq atomic.Uint64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(104729) % nkeys)
+			for pb.Next() {
+				if i += 7919; i >= nkeys {
+					i -= nkeys
+				}
+				if r, err := l.Allow(ctx, keys[i], limit); err != nil || !r.Allowed {
+					b.Error(r, err)
+					return
+				}
+			}
+		})
+	})
+}
