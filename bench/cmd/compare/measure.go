@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -140,26 +139,38 @@ func closedLoop(g int, ks []string, warmup, d time.Duration, decide op, mark fun
 	return figures{ops: int64(len(all)), errors: errs.Load(), elapsed: elapsed, samples: all, mallocs: ms1.Mallocs - ms0.Mallocs}
 }
 
-// memFigures are one in-memory row's measurements, totals over its rounds:
-// serially (one goroutine) and in Go's parallel benchmark shape.
+// memFigures are one in-memory row's measurements over all its rounds:
+// serially (one goroutine) and in parallel (GOMAXPROCS goroutines).
 type memFigures struct {
-	serial, parallel benchTotals
+	serial, parallel chunkFigures
 }
 
-type benchTotals struct {
+// chunkFigures are the ns/op of every chunk of decisions, and the
+// allocations over all of them.
+type chunkFigures struct {
+	nsPerOp     []float64
 	ops, allocs int64
-	elapsed     time.Duration
 }
 
-func (t *benchTotals) add(r testing.BenchmarkResult) {
-	t.ops += int64(r.N)
-	t.allocs += int64(r.MemAllocs)
-	t.elapsed += r.T
+func (c *chunkFigures) add(d chunkFigures) {
+	c.nsPerOp = append(c.nsPerOp, d.nsPerOp...)
+	c.ops += d.ops
+	c.allocs += d.allocs
 }
 
-func (t benchTotals) nsPerOp() float64 { return float64(t.elapsed.Nanoseconds()) / float64(t.ops) }
+// median is the median chunk's ns/op: on a machine that other work
+// shares, a chunk during which this process was descheduled is slow by
+// however long that lasted, and the median leaves those out where a mean
+// would not.
+func (c *chunkFigures) median() float64 {
+	if len(c.nsPerOp) == 0 {
+		return 0
+	}
+	slices.Sort(c.nsPerOp)
+	return c.nsPerOp[len(c.nsPerOp)/2]
+}
 
-func (t benchTotals) allocsPerOp() float64 { return float64(t.allocs) / float64(t.ops) }
+func (c chunkFigures) allocsPerOp() float64 { return float64(c.allocs) / float64(c.ops) }
 
 // memResult is one in-memory row and its figures.
 type memResult struct {
@@ -187,25 +198,30 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 		}
 	}
 	res := make([]memResult, len(rows))
+	g := runtime.GOMAXPROCS(0)
 	for round := range rounds {
 		for i, r := range rows {
-			s, p, err := benchMemory(ks[i], decs[i])
+			s, err := chunks(ks[i], decs[i], 1)
 			if err != nil {
 				return fmt.Errorf("%s: %w", r.name, err)
 			}
-			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, r.name,
-				float64(s.T.Nanoseconds())/float64(s.N), float64(p.T.Nanoseconds())/float64(p.N))
+			p, err := chunks(ks[i], decs[i], g)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, r.name, s.median(), p.median())
 			res[i].row = r
 			res[i].f.serial.add(s)
 			res[i].f.parallel.add(p)
 		}
 	}
-	fmt.Fprintf(out, "### In memory: %d live keys; serial (one goroutine) and Go's parallel benchmark shape (GOMAXPROCS=%d goroutines)\n\n", nkeys, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "### In memory: %d live keys; serial (one goroutine) and parallel (GOMAXPROCS=%d goroutines)\n\n", nkeys, g)
+	fmt.Fprintf(out, "ns/op is the median of %d chunks of about %v per row and mode (parallel: wall time over all goroutines' decisions).\n\n", rounds*chunksPerRound, chunkTime)
 	fmt.Fprintln(out, "| limiter | serial ns/op | serial allocs/op | parallel ns/op | parallel allocs/op | note |")
 	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range res {
-		fmt.Fprintf(out, "| %s | %.0f | %.2f | %.0f | %.2f | %s |\n", r.name, r.f.serial.nsPerOp(), r.f.serial.allocsPerOp(),
-			r.f.parallel.nsPerOp(), r.f.parallel.allocsPerOp(), r.note)
+		fmt.Fprintf(out, "| %s | %.0f | %.2f | %.0f | %.2f | %s |\n", r.name, r.f.serial.median(), r.f.serial.allocsPerOp(),
+			r.f.parallel.median(), r.f.parallel.allocsPerOp(), r.note)
 	}
 	fmt.Fprintln(out)
 	memRatios(out, res)
@@ -239,64 +255,96 @@ func memRatios(out io.Writer, rs []memResult) {
 	for _, r := range ours {
 		fmt.Fprintf(out, "| %s |", r.name)
 		for _, p := range peers {
-			fmt.Fprintf(out, " %.2f×, %.2f× |", p.f.serial.nsPerOp()/r.f.serial.nsPerOp(), p.f.parallel.nsPerOp()/r.f.parallel.nsPerOp())
+			fmt.Fprintf(out, " %.2f×, %.2f× |", p.f.serial.median()/r.f.serial.median(), p.f.parallel.median()/r.f.parallel.median())
 		}
 		fmt.Fprintln(out)
 	}
 	fmt.Fprintln(out)
 }
 
-// benchMemory measures decide as Go benchmarks do (testing.Benchmark, about
-// a second each, no timing per call): serially, one goroutine walking the
-// keys; then in parallel, b.RunParallel's GOMAXPROCS goroutines each
-// walking them from a different place. The walk takes every stride-th key
-// (a prime, so it visits them all): keys made one after another, and the
-// state a limiter made for them in that order, often lie one after another
-// in memory, and walking them in order would measure the CPU's prefetcher,
-// not a service's traffic. Every call must succeed: a denial
-// counts as a failure here, as the limits admit everything.
-// stride is a prime larger than the cache line over a key's size.
-const stride = 7919
+const (
+	// chunkTime is about how long one chunk of decisions lasts: shorter
+	// than a scheduler's time slice, so that most chunks run undisturbed.
+	chunkTime = time.Millisecond
+	// chunksPerRound chunks are timed per row, mode and round.
+	chunksPerRound = 200
+	// stride is the walk over the keys: a prime, so it visits them all.
+	stride = 7919
+)
 
-func benchMemory(ks []string, decide op) (serial, parallel testing.BenchmarkResult, err error) {
+// chunks times decide in chunksPerRound chunks of about chunkTime, each
+// with g goroutines deciding at once, after a warm-up that sizes the
+// chunks. The goroutines walk the keys taking every stride-th one, each
+// from a different place: keys made one after another, and the state a
+// limiter made for them in that order, often lie one after another in
+// memory, and walking them in order would measure the CPU's prefetcher,
+// not a service's traffic. Every call must succeed: a denial is a failure
+// here, as the limits admit everything.
+func chunks(ks []string, decide op, g int) (chunkFigures, error) {
 	ctx := context.Background()
 	var (
 		mu     sync.Mutex
 		failed error
+		wg     sync.WaitGroup
 	)
-	fail := func(err error) {
-		mu.Lock()
-		failed = err
-		mu.Unlock()
+	pos := make([]int, g)
+	for i := range pos {
+		pos[i] = i * 104729 % len(ks)
 	}
-	serial = testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		j := 0
-		for range b.N {
-			if j += stride; j >= len(ks) {
-				j -= len(ks)
+	// run makes n decisions on each of g goroutines at once and returns
+	// the wall time.
+	start := make([]chan int, g)
+	for i := range start {
+		start[i] = make(chan int)
+		go func() {
+			for n := range start[i] {
+				j := pos[i]
+				for range n {
+					if j += stride; j >= len(ks) {
+						j -= len(ks)
+					}
+					if err := decide(ctx, ks[j]); err != nil {
+						mu.Lock()
+						failed = err
+						mu.Unlock()
+						break
+					}
+				}
+				pos[i] = j
+				wg.Done()
 			}
-			if err := decide(ctx, ks[j]); err != nil {
-				fail(err)
-				return
-			}
+		}()
+	}
+	defer func() {
+		for _, c := range start {
+			close(c)
 		}
-	})
-	var seq atomic.Uint64
-	parallel = testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			j := int(seq.Add(1)*104729) % len(ks)
-			for pb.Next() {
-				if j += stride; j >= len(ks) {
-					j -= len(ks)
-				}
-				if err := decide(ctx, ks[j]); err != nil {
-					fail(err)
-					return
-				}
-			}
-		})
-	})
-	return serial, parallel, failed
+	}()
+	run := func(n int) time.Duration {
+		wg.Add(g)
+		t0 := time.Now()
+		for _, c := range start {
+			c <- n
+		}
+		wg.Wait()
+		return time.Since(t0)
+	}
+	n := 1000
+	for d := run(n); d < chunkTime/2; d = run(n) {
+		n *= 2
+	}
+	n = max(1, int(float64(n)*float64(chunkTime)/float64(run(n))))
+	var (
+		f        chunkFigures
+		ms0, ms1 runtime.MemStats
+	)
+	runtime.ReadMemStats(&ms0)
+	for range chunksPerRound {
+		d := run(n)
+		f.nsPerOp = append(f.nsPerOp, float64(d.Nanoseconds())/float64(n*g))
+	}
+	runtime.ReadMemStats(&ms1)
+	f.ops = int64(chunksPerRound * n * g)
+	f.allocs = int64(ms1.Mallocs - ms0.Mallocs)
+	return f, failed
 }
