@@ -116,6 +116,17 @@ func BenchmarkLimiterAllow(b *testing.B) {
 			}
 		}
 	})
+	b.Run("one key", func(b *testing.B) {
+		// A limit never reached: the decision's own cost, its state in
+		// the CPU's cache.
+		limit := tollgate.PerSecond(1_000_000_000_000)
+		b.ReportAllocs()
+		for range b.N {
+			if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+				b.Fatal(r, err)
+			}
+		}
+	})
 	b.Run("parallel", func(b *testing.B) {
 		var seq atomic.Uint64
 		b.ReportAllocs()
