@@ -9,12 +9,14 @@
 //
 // The hot path takes one lock out of many (the key's shard; there is no
 // global lock) and allocates nothing for a key that exists. Memory is
-// bounded: at most WithMaxKeys keys (about 200 bytes each, plus 8 bytes per
-// admitted request a sliding window log remembers). A key whose state is back
-// to full is equivalent to a fresh one and, once the store is half full, is
-// reclaimed as new keys arrive; when every key is live and the store is full,
-// the key nearest to expiring among a few sampled is evicted (it forgets what
-// it spent) and counted in Stats.
+// bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
+// table, which is kept between a quarter and half full (128 to 256 bytes a
+// key), plus the key itself and 8 bytes per admitted request a sliding
+// window log remembers. A key whose state is back to full is equivalent to
+// a fresh one and, once the store is half full, is reclaimed as new keys
+// arrive; when every key is live and the store is full, the key nearest to
+// expiring among a few sampled is evicted (it forgets what it spent) and
+// counted in Stats.
 package memorystore
 
 import (
@@ -83,7 +85,7 @@ type shard struct {
 	logs      []ring
 	freeLogs  []int
 	evictions atomic.Uint64
-	_         [40]byte // keep neighbouring shards' locks off one cache line
+	_         [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
 
 // find returns the index of key's entry of the given hash and kind in sh
