@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -268,18 +269,17 @@ const (
 	chunkTime = time.Millisecond
 	// chunksPerRound chunks are timed per row, mode and round.
 	chunksPerRound = 200
-	// stride is the walk over the keys: a prime, so it visits them all.
-	stride = 7919
 )
 
 // chunks times decide in chunksPerRound chunks of about chunkTime, each
 // with g goroutines deciding at once, after a warm-up that sizes the
-// chunks. The goroutines walk the keys taking every stride-th one, each
-// from a different place: keys made one after another, and the state a
-// limiter made for them in that order, often lie one after another in
-// memory, and walking them in order would measure the CPU's prefetcher,
-// not a service's traffic. Every call must succeed: a denial is a failure
-// here, as the limits admit everything.
+// chunks. The goroutines walk the keys in one random order (the same for
+// every row), each from a different place. Not in the order the keys were
+// made: a limiter's state for them, made in that order, often lies in that
+// order in memory, and a walk in order, or by a constant stride, lets the
+// CPU's prefetchers fetch the next key's state before it is asked for,
+// which no service's traffic does. Every call must succeed: a denial is a
+// failure here, as the limits admit everything.
 func chunks(ks []string, decide op, g int) (chunkFigures, error) {
 	ctx := context.Background()
 	var (
@@ -287,9 +287,14 @@ func chunks(ks []string, decide op, g int) (chunkFigures, error) {
 		failed error
 		wg     sync.WaitGroup
 	)
+	order := rand.New(rand.NewPCG(1, 2)).Perm(len(ks))
+	walk := make([]string, len(ks))
+	for i, k := range order {
+		walk[i] = ks[k]
+	}
 	pos := make([]int, g)
 	for i := range pos {
-		pos[i] = i * 104729 % len(ks)
+		pos[i] = i * len(ks) / g
 	}
 	// run makes n decisions on each of g goroutines at once and returns
 	// the wall time.
@@ -300,10 +305,10 @@ func chunks(ks []string, decide op, g int) (chunkFigures, error) {
 			for n := range start[i] {
 				j := pos[i]
 				for range n {
-					if j += stride; j >= len(ks) {
-						j -= len(ks)
+					if j++; j == len(walk) {
+						j = 0
 					}
-					if err := decide(ctx, ks[j]); err != nil {
+					if err := decide(ctx, walk[j]); err != nil {
 						mu.Lock()
 						failed = err
 						mu.Unlock()
