@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -15,11 +16,12 @@ import (
 // depend on what else the machine runs:
 //
 //	go test -c -o /tmp/compare.test ./cmd/compare
-//	valgrind --tool=cachegrind --cache-sim=yes /tmp/compare.test \
-//	    -test.run '^$' -test.bench 'MemoryRows/throttled' -test.benchtime 1000000x -test.cpu 1
+//	valgrind --tool=cachegrind --cache-sim=yes --LL=8388608,16,64 /tmp/compare.test \
+//	    -test.run '^$' -test.bench 'MemoryRows/^throttled' -test.benchtime 300000x -test.cpu 1
 //
-// and once more with -test.benchtime 1x: the difference over 999,999 is
-// the cost of one decision.
+// and once more with -test.benchtime 100000x: the difference over 200,000
+// is the cost of one decision (each run builds its row twice, for the
+// benchmark's first run of one call and for the run of N).
 func BenchmarkMemoryRows(b *testing.B) {
 	const nkeys = 100_000
 	ctx := context.Background()
@@ -39,6 +41,7 @@ func BenchmarkMemoryRows(b *testing.B) {
 			for j, k := range rand.New(rand.NewPCG(1, 2)).Perm(nkeys) {
 				walk[j] = ks[k]
 			}
+			runtime.GC() // no collection of the set-up's garbage in the loop
 			b.ReportAllocs()
 			b.ResetTimer()
 			j := 0
