@@ -305,8 +305,9 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
 
+	var d decision
 	sh.mu.Lock()
-	d := s.decide(sh, h, kind, key, p, now, int64(n))
+	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
 
 	return tollgate.Result{
@@ -319,8 +320,8 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}, nil
 }
 
-// decide makes one decision on key's entry in sh (locked).
-func (s *Store) decide(sh *shard, h, kind uint64, key string, p *tollgate.Params, now, n int64) decision {
+// decide makes one decision on key's entry in sh (locked) into d.
+func (s *Store) decide(d *decision, sh *shard, h, kind uint64, key string, p *tollgate.Params, now, n int64) {
 	i := sh.find(h, kind, key)
 	if i < 0 {
 		if n == 0 { // looking at a fresh key stores nothing
@@ -328,7 +329,8 @@ func (s *Store) decide(sh *shard, h, kind uint64, key string, p *tollgate.Params
 				fresh state
 				log   ring
 			)
-			return decideOn(&fresh, &log, true, p, now, 0)
+			decideOn(d, &fresh, &log, true, p, now, 0)
+			return
 		}
 		i = s.insert(sh, h, kind, key, now)
 	}
@@ -342,7 +344,7 @@ func (s *Store) decide(sh *shard, h, kind uint64, key string, p *tollgate.Params
 	// bucket full under a lower burst is not full under a higher one). A
 	// new entry's expires is 0: it is fresh.
 	live := e.expires > now
-	d := decideOn(&e.state, log, !live, p, now, n)
+	decideOn(d, &e.state, log, !live, p, now, n)
 	switch {
 	case d.write || live && d.reset > 0:
 		// Kept until it is full under the limit of the last call that saw
@@ -355,7 +357,6 @@ func (s *Store) decide(sh *shard, h, kind uint64, key string, p *tollgate.Params
 		// back behind its expiry must not find it again.
 		e.expires = 0
 	}
-	return d
 }
 
 // insert adds a new, empty entry for key to sh (locked) and returns its
