@@ -112,12 +112,16 @@ type shard struct {
 	n   int     // occupied entries
 	// logs holds the sliding window logs of this shard's keys (their
 	// entry's a is the index + 1), freeLogs the indexes of logs whose key
-	// is gone: a new key reuses one, buffer and all, and allocates nothing.
+	// is gone: a new key reuses one, with its buffer if it kept one.
 	logs      []ring
 	freeLogs  []int
 	evictions atomic.Uint64
 	_         [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
+
+// maxFreeBuffers bounds how many sliding window logs whose key is gone keep
+// their buffer in each shard.
+const maxFreeBuffers = 16
 
 // find returns the index of key's entry of the given hash and kind in sh
 // (locked), or -1.
@@ -171,6 +175,11 @@ func (sh *shard) grow() {
 // key stays reachable from its home slot without gaps.
 func (sh *shard) remove(i int) {
 	if e := &sh.tab[i]; e.kind&7 == uint64(tollgate.SlidingWindowLog) && e.a > 0 {
+		if len(sh.freeLogs) >= maxFreeBuffers {
+			// Keep a few buffers for keys to come, not every one a
+			// crowd of keys once had.
+			sh.logs[e.a-1] = ring{}
+		}
 		sh.freeLogs = append(sh.freeLogs, int(e.a-1))
 	}
 	sh.n--

@@ -109,45 +109,53 @@ func TestChanges(t *testing.T) {
 // small, so that clusters of entries often wrap around its end.
 func TestTableKeepsEveryKey(t *testing.T) {
 	t.Parallel()
-	for _, nkeys := range []int{3, 7, 20, 300} {
-		t.Run(fmt.Sprint(nkeys, " keys"), func(t *testing.T) {
-			t.Parallel()
-			clock := conformance.NewClock()
-			s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(1), memorystore.WithMaxKeys(1<<20))
-			ctx := context.Background()
-			limit := tollgate.PerHour(100_000)
-			rng := rand.New(rand.NewPCG(1, uint64(nkeys)))
-			want := map[string]int{} // key → tokens spent
-			for step := range 20_000 {
-				key := fmt.Sprint("k", rng.IntN(nkeys))
-				if rng.IntN(3) == 0 {
-					if err := s.Reset(ctx, key, limit); err != nil {
-						t.Fatal(err)
-					}
-					delete(want, key)
-				} else {
-					if _, err := s.AllowN(ctx, key, limit, 1); err != nil {
-						t.Fatal(err)
-					}
-					want[key]++
-				}
-				if got, want := s.Stats().Keys, len(want); got != want {
-					t.Fatalf("step %d: Keys = %d, want %d", step, got, want)
-				}
-				if step%(1+nkeys/8) != 0 {
-					continue
-				}
-				for i := range nkeys {
-					k := fmt.Sprint("k", i)
-					r, err := s.AllowN(ctx, k, limit, 0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if got, want := r.Remaining, 100_000-want[k]; got != want {
-						t.Fatalf("step %d: %s has %d remaining, want %d", step, k, got, want)
-					}
-				}
+	// A sliding window log's entries live beside the table and are reused
+	// by the keys that come after, so it is checked too.
+	logs := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate, Period: time.Hour}
+	for _, limit := range []tollgate.Limit{tollgate.PerHour(tollgate.MaxLogRate), logs} {
+		for _, nkeys := range []int{3, 7, 20, 300} {
+			t.Run(fmt.Sprint(limit.Algorithm, " ", nkeys, " keys"), func(t *testing.T) {
+				t.Parallel()
+				tableKeepsEveryKey(t, limit, nkeys)
+			})
+		}
+	}
+}
+
+func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int) {
+	clock := conformance.NewClock()
+	s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(1), memorystore.WithMaxKeys(1<<20))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, uint64(nkeys)))
+	want := map[string]int{} // key → tokens spent
+	for step := range 20_000 {
+		key := fmt.Sprint("k", rng.IntN(nkeys))
+		if rng.IntN(3) == 0 {
+			if err := s.Reset(ctx, key, limit); err != nil {
+				t.Fatal(err)
 			}
-		})
+			delete(want, key)
+		} else {
+			if _, err := s.AllowN(ctx, key, limit, 1); err != nil {
+				t.Fatal(err)
+			}
+			want[key]++
+		}
+		if got, want := s.Stats().Keys, len(want); got != want {
+			t.Fatalf("step %d: Keys = %d, want %d", step, got, want)
+		}
+		if step%(1+nkeys/8) != 0 {
+			continue
+		}
+		for i := range nkeys {
+			k := fmt.Sprint("k", i)
+			r, err := s.AllowN(ctx, k, limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.Remaining, tollgate.MaxLogRate-want[k]; got != want {
+				t.Fatalf("step %d: %s has %d remaining, want %d", step, k, got, want)
+			}
+		}
 	}
 }
