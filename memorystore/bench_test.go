@@ -144,3 +144,27 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		})
 	})
 }
+
+// TestZeroAllocsAlternating: limits that alternate allocate nothing, also
+// two that share a slot of tollgate.CheckRequest's cache (10 and 135 per
+// second do).
+func TestZeroAllocsAlternating(t *testing.T) {
+	ctx := context.Background()
+	s := memorystore.New()
+	limits := []tollgate.Limit{tollgate.PerSecond(10), tollgate.PerSecond(135), tollgate.PerMinute(60)}
+	for _, l := range limits {
+		if _, err := s.AllowN(ctx, "k", l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		for _, l := range limits {
+			if _, err := s.AllowN(ctx, "k", l, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per round of %d limits, want 0", allocs, len(limits))
+	}
+}

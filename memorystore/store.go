@@ -42,12 +42,15 @@ type Store struct {
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
 	perShard int
-	// limits remembers the Params of the limits this store decided under
-	// lately, as tollgate.CheckRequest does, but read in place: a decision
-	// that finds its limit here neither copies the Params (88 bytes) nor
-	// makes another call, which took a tenth of a decision's own time. A
-	// slot two limits share alternates between them, allocating each time:
-	// slower, never wrong.
+	// limits remembers the Params of the limits this store decides under,
+	// as tollgate.CheckRequest does, but read in place: a decision that
+	// finds its limit here neither copies the Params (88 bytes) nor makes
+	// another call, which took a tenth of a decision's own time. Each limit
+	// has two slots to choose from and takes an empty one; a slot once
+	// taken is never reused, so limits that share slots never alternate in
+	// them (which would allocate on every call). A limit that finds both of
+	// its slots taken by others is checked by tollgate.CheckRequest every
+	// time: slower, still exact.
 	limits [64]atomic.Pointer[checked]
 }
 
@@ -58,21 +61,31 @@ type checked struct {
 }
 
 // check validates a request as tollgate.CheckRequest does and returns the
-// limit's Params.
-func (s *Store) check(key string, limit tollgate.Limit, n int) (*tollgate.Params, error) {
+// limit's Params: remembered ones, or else in *spare.
+func (s *Store) check(key string, limit tollgate.Limit, n int, spare *tollgate.Params) (*tollgate.Params, error) {
 	h := uint64(limit.Rate)*0x9e3779b97f4a7c15 ^ uint64(limit.Period)*0xc2b2ae3d27d4eb4f ^
 		uint64(limit.Burst)*0x165667b19e3779f9 ^ uint64(limit.MaxDelay) ^ uint64(limit.Algorithm)
-	slot := &s.limits[(h^h>>29)%uint64(len(s.limits))]
-	if c := slot.Load(); c != nil && c.limit == limit && len(key) > 0 && len(key) <= tollgate.MaxKeyLen && n >= 0 && int64(n) <= c.p.Capacity {
+	h ^= h >> 29
+	const mask = uint64(len(s.limits) - 1)
+	one, two := &s.limits[h&mask], &s.limits[h>>58&mask]
+	valid := len(key) > 0 && len(key) <= tollgate.MaxKeyLen && n >= 0
+	if c := one.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
 		return &c.p, nil
 	}
-	p, err := tollgate.CheckRequest(key, limit, n)
-	if err != nil {
+	if c := two.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
+		return &c.p, nil
+	}
+	var err error
+	if *spare, err = tollgate.CheckRequest(key, limit, n); err != nil {
 		return nil, err
 	}
-	c := &checked{limit: limit, p: p}
-	slot.Store(c)
-	return &c.p, nil
+	if one.Load() == nil || two.Load() == nil {
+		c := &checked{limit: limit, p: *spare}
+		if one.CompareAndSwap(nil, c) || two.CompareAndSwap(nil, c) {
+			return &c.p, nil
+		}
+	}
+	return spare, nil
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -301,7 +314,8 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	// complete, and the decision's loads that miss the CPU's caches (the
 	// key, its entry) come after it, so they are not made to wait twice.
 	now := s.clock()
-	p, err := s.check(key, limit, n)
+	var spare tollgate.Params
+	p, err := s.check(key, limit, n, &spare)
 	if err != nil {
 		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: %w", err)
 	}
