@@ -262,10 +262,15 @@ type cachedParams struct {
 	params Params
 }
 
-func (l Limit) params() (Params, error) {
+// cacheSlot returns the paramsCache slot of l.
+func (l Limit) cacheSlot() *atomic.Pointer[cachedParams] {
 	h := uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
 		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.MaxDelay) ^ uint64(l.Algorithm)
-	slot := &paramsCache[(h^h>>29)%uint64(len(paramsCache))]
+	return &paramsCache[(h^h>>29)%uint64(len(paramsCache))]
+}
+
+func (l Limit) params() (Params, error) {
+	slot := l.cacheSlot()
 	if c := slot.Load(); c != nil && c.limit == l {
 		return c.params, nil
 	}
@@ -363,6 +368,15 @@ const MaxKeyLen = 512
 // Params. A key must be 1 to MaxKeyLen bytes; n must be 0 (look without
 // spending) up to the limit's Capacity.
 func CheckRequest(key string, l Limit, n int) (Params, error) {
+	// Every decision comes here: a valid request under a recently used
+	// limit is answered from the cache without another call.
+	if c := l.cacheSlot().Load(); c != nil && c.limit == l && len(key) > 0 && len(key) <= MaxKeyLen && n >= 0 && int64(n) <= c.params.Capacity {
+		return c.params, nil
+	}
+	return checkRequest(key, l, n)
+}
+
+func checkRequest(key string, l Limit, n int) (Params, error) {
 	if len(key) == 0 || len(key) > MaxKeyLen {
 		return Params{}, fmt.Errorf("%w: a key must be 1 to %d bytes, got %d", ErrInvalidKey, MaxKeyLen, len(key))
 	}

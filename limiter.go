@@ -52,6 +52,16 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // failed. For a shaping LeakyBucket an admitted request may carry a Delay
 // that the caller should wait before acting.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	if n < 1 || l.timeout > 0 {
+		return l.allowSlow(ctx, key, limit, n)
+	}
+	// The common case calls the store directly: one frame less between the
+	// caller and the decision.
+	return l.store.AllowN(ctx, key, limit, n)
+}
+
+// allowSlow is AllowN for an invalid cost or under WithTimeout.
+func (l *Limiter) allowSlow(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	if n < 1 {
 		return Result{Limit: limit}, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidCost, n)
 	}
@@ -66,10 +76,15 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 
 func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
+		return l.decideWithin(ctx, key, limit, n)
 	}
+	return l.store.AllowN(ctx, key, limit, n)
+}
+
+// decideWithin is decide under WithTimeout's deadline.
+func (l *Limiter) decideWithin(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	return l.store.AllowN(ctx, key, limit, n)
 }
 

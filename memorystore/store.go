@@ -9,18 +9,21 @@
 //
 // The hot path takes one lock out of many (the key's shard; there is no
 // global lock) and allocates nothing for a key that exists. Memory is
-// bounded: at most WithMaxKeys keys (about 200 bytes each, plus 8 bytes per
-// admitted request a sliding window log remembers). A key whose state is back
-// to full is equivalent to a fresh one and, once the store is half full, is
-// reclaimed as new keys arrive; when every key is live and the store is full,
-// the key nearest to expiring among a few sampled is evicted (it forgets what
-// it spent) and counted in Stats.
+// bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
+// table, which is kept between a quarter and half full (128 to 256 bytes a
+// key), plus the key itself and 8 bytes per admitted request a sliding
+// window log remembers. A key whose state is back to full is equivalent to
+// a fresh one and, once the store is half full, is reclaimed as new keys
+// arrive; when every key is live and the store is full, the key nearest to
+// expiring among a few sampled is evicted (it forgets what it spent) and
+// counted in Stats.
 package memorystore
 
 import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,34 +36,212 @@ import (
 // concurrent use.
 type Store struct {
 	shards   []shard
-	mask     uint64
+	shift    uint // a hash's top bits pick its shard: hash >> shift
 	seed     maphash.Seed
 	now      func() time.Time // nil: the monotonic clock below
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
 	perShard int
+	// limits remembers the Params of the limits this store decides under,
+	// as tollgate.CheckRequest does, but read in place: a decision that
+	// finds its limit here neither copies the Params (88 bytes) nor makes
+	// another call, which took a tenth of a decision's own time. Each limit
+	// has two slots to choose from and takes an empty one; a slot once
+	// taken is never reused, so limits that share slots never alternate in
+	// them (which would allocate on every call). A limit that finds both of
+	// its slots taken by others is checked by tollgate.CheckRequest every
+	// time: slower, still exact.
+	limits [64]atomic.Pointer[checked]
+}
+
+// checked is a valid limit and its Params, never changed once stored.
+type checked struct {
+	limit tollgate.Limit
+	p     tollgate.Params
+}
+
+// check validates a request as tollgate.CheckRequest does and returns the
+// limit's Params: remembered ones, or else in *spare.
+func (s *Store) check(key string, limit tollgate.Limit, n int, spare *tollgate.Params) (*tollgate.Params, error) {
+	h := uint64(limit.Rate)*0x9e3779b97f4a7c15 ^ uint64(limit.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(limit.Burst)*0x165667b19e3779f9 ^ uint64(limit.MaxDelay) ^ uint64(limit.Algorithm)
+	h ^= h >> 29
+	const mask = uint64(len(s.limits) - 1)
+	one, two := &s.limits[h&mask], &s.limits[h>>58&mask]
+	valid := len(key) > 0 && len(key) <= tollgate.MaxKeyLen && n >= 0
+	if c := one.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
+		return &c.p, nil
+	}
+	if c := two.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
+		return &c.p, nil
+	}
+	var err error
+	if *spare, err = tollgate.CheckRequest(key, limit, n); err != nil {
+		return nil, err
+	}
+	if one.Load() == nil || two.Load() == nil {
+		c := &checked{limit: limit, p: *spare}
+		if one.CompareAndSwap(nil, c) || two.CompareAndSwap(nil, c) {
+			return &c.p, nil
+		}
+	}
+	return spare, nil
 }
 
 var _ tollgate.Store = (*Store)(nil)
 
-// skey identifies a key's state: as in Redis, one per (key, algorithm,
-// period), so several limits on one key do not share a counter.
-type skey struct {
-	key    string
-	alg    tollgate.Algorithm
-	period int64
+// A key's state is kept, as in Redis, per (key, algorithm, period), so that
+// several limits on one key do not share a counter. Each shard holds its
+// keys in a table of its own rather than a Go map: a decision then hashes
+// the key once (the hash picks the shard with its top bits and the slot
+// with its low bits), and finds the key's state in the slot itself, one
+// 64-byte entry, where a map of pointers to states reads a control word, a
+// slot and the state: on a store of many keys each of those is a miss of
+// the CPU's caches, and those misses were most of a decision's time.
+//
+// The table is open-addressed with linear probing, at most half full, so a
+// key is found in its first slot or the next almost always. A removal
+// shifts the entries after it back, so there are no tombstones and a look-up
+// stops at the first empty slot.
+
+// entry is one key's state: its slot in the table. hash 0 marks an empty
+// slot (a key whose hash is 0 is stored under 1).
+type entry struct {
+	hash uint64
+	kind uint64 // the period in µs << 3 | the algorithm
+	key  string
+	state
+}
+
+// kindOf packs an algorithm and a period (at most 2^46 µs, as Params
+// guarantees) into one word, compared at once.
+func kindOf(p *tollgate.Params) uint64 {
+	return uint64(p.PeriodUS)<<3 | uint64(p.Algorithm)
 }
 
 type shard struct {
-	mu        sync.Mutex
-	m         map[skey]*state
-	free      []*state // reclaimed states, reused by new keys
+	mu  sync.Mutex
+	tab []entry // a power of two long, or nil before the first key
+	n   int     // occupied entries
+	// logs holds the sliding window logs of this shard's keys (their
+	// entry's a is the index + 1), freeLogs the indexes of logs whose key
+	// is gone: a new key reuses one, with its buffer if it kept one.
+	logs      []ring
+	freeLogs  []int
 	evictions atomic.Uint64
-	_         [16]byte // keep neighbouring shards' locks off one cache line
+	_         [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
 
-// maxFree bounds each shard's list of reclaimed states.
-const maxFree = 16
+// maxFreeBuffers bounds how many sliding window logs whose key is gone keep
+// their buffer in each shard.
+const maxFreeBuffers = 16
+
+// find returns the index of key's entry of the given hash and kind in sh
+// (locked), or -1.
+func (sh *shard) find(h, kind uint64, key string) int {
+	if len(sh.tab) == 0 {
+		return -1
+	}
+	mask := uint64(len(sh.tab) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		e := &sh.tab[i]
+		if e.hash == h && e.kind == kind && e.key == key {
+			return int(i)
+		}
+		if e.hash == 0 {
+			return -1
+		}
+	}
+}
+
+// place puts a new entry in sh (locked, with room for it: at most half
+// full after it) and returns its index.
+func (sh *shard) place(h, kind uint64, key string) int {
+	mask := uint64(len(sh.tab) - 1)
+	i := h & mask
+	for sh.tab[i].hash != 0 {
+		i = (i + 1) & mask
+	}
+	sh.tab[i] = entry{hash: h, kind: kind, key: key}
+	sh.n++
+	return int(i)
+}
+
+// grow doubles sh's table (or makes its first one).
+func (sh *shard) grow() {
+	old := sh.tab
+	sh.tab = make([]entry, max(8, 2*len(old)))
+	mask := uint64(len(sh.tab) - 1)
+	for k := range old {
+		if e := &old[k]; e.hash != 0 {
+			i := e.hash & mask
+			for sh.tab[i].hash != 0 {
+				i = (i + 1) & mask
+			}
+			sh.tab[i] = *e
+		}
+	}
+}
+
+// remove empties slot i of sh (locked), keeping its key's log buffer for
+// reuse, and moves back the entries after it that can move, so that every
+// key stays reachable from its home slot without gaps.
+func (sh *shard) remove(i int) {
+	if e := &sh.tab[i]; e.kind&7 == uint64(tollgate.SlidingWindowLog) && e.a > 0 {
+		if len(sh.freeLogs) >= maxFreeBuffers {
+			// Keep a few buffers for keys to come, not every one a
+			// crowd of keys once had.
+			sh.logs[e.a-1] = ring{}
+		}
+		sh.freeLogs = append(sh.freeLogs, int(e.a-1))
+	}
+	sh.n--
+	mask := len(sh.tab) - 1
+	for {
+		j := i
+		for {
+			j = (j + 1) & mask
+			if sh.tab[j].hash == 0 {
+				sh.tab[i] = entry{}
+				return
+			}
+			// The entry at j may move to i unless its home slot lies
+			// cyclically in (i, j].
+			home := int(sh.tab[j].hash) & mask
+			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+				break
+			}
+		}
+		sh.tab[i] = sh.tab[j]
+		i = j
+	}
+}
+
+// log returns the sliding window log of entry e of sh (locked), giving it
+// one if it has none.
+func (sh *shard) log(e *entry) *ring {
+	if e.a == 0 {
+		if n := len(sh.freeLogs); n > 0 {
+			e.a = int64(sh.freeLogs[n-1]) + 1
+			sh.freeLogs = sh.freeLogs[:n-1]
+			r := &sh.logs[e.a-1]
+			r.head, r.n = 0, 0
+			return r
+		}
+		sh.logs = append(sh.logs, ring{})
+		e.a = int64(len(sh.logs))
+	}
+	return &sh.logs[e.a-1]
+}
+
+// locate returns the hash of (key, kind) and the shard that holds it.
+func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
+	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
+	if h == 0 {
+		h = 1
+	}
+	return h, &s.shards[h>>s.shift]
+}
 
 // Option configures a Store.
 type Option func(*config)
@@ -109,16 +290,13 @@ func New(opts ...Option) *Store {
 	}
 	s := &Store{
 		shards:   make([]shard, n),
-		mask:     uint64(n - 1),
+		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		seed:     maphash.MakeSeed(),
 		now:      c.now,
 		start:    time.Now(),
 		perShard: max(1, (c.maxKeys+n-1)/n),
 	}
 	s.startUS = s.start.UnixMicro()
-	for i := range s.shards {
-		s.shards[i].m = make(map[skey]*state)
-	}
 	return s
 }
 
@@ -132,53 +310,27 @@ func (s *Store) clock() int64 {
 
 // AllowN implements tollgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
-	p, err := tollgate.CheckRequest(key, limit, n)
+	// The clock first: reading it waits for every load before it to
+	// complete, and the decision's loads that miss the CPU's caches (the
+	// key, its entry) come after it, so they are not made to wait twice.
+	now := s.clock()
+	var spare tollgate.Params
+	p, err := s.check(key, limit, n, &spare)
 	if err != nil {
 		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: %w", err)
 	}
-	now := s.clock()
 	if now < 0 || now > exact.MaxNow {
 		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: clock reads %v, outside what the store can count exactly (1970 to 2250)", time.UnixMicro(now).UTC())
 	}
-	sk := skey{key: key, alg: limit.Algorithm, period: p.PeriodUS}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	kind := kindOf(p)
+	h, sh := s.locate(key, kind)
 
-	sh.mu.Lock()
-	st, ok := sh.m[sk]
-	live := ok && st.expires > now
 	var d decision
-	switch {
-	case ok:
-		// An expired state decides as a fresh one, as in Redis, which has
-		// deleted it by then: the same once the limit changed, too (a
-		// token bucket full under a lower burst is not full under a higher
-		// one).
-		d = decide(st, !live, &p, now, int64(n))
-	case n == 0:
-		var fresh state // looking at a fresh key stores nothing
-		d = decide(&fresh, true, &p, now, 0)
-	default:
-		st = sh.newState()
-		d = decide(st, true, &p, now, int64(n))
-		if d.write {
-			s.insert(sh, sk, st, now)
-		}
-	}
-	if ok && !live && !d.write {
-		// Seen expired, it is gone, as a Redis key is: a clock that steps
-		// back behind its expiry must not find it again.
-		st.expires = 0
-	}
-	if d.write || live && d.reset > 0 {
-		// Kept until it is full under the limit of the last call that saw
-		// it, as long as Redis keeps it: the TTL is whole ms, rounded up. A
-		// denial or a look sets it too (only it), so a state kept under
-		// another limit outlives the RetryAfter this call reports.
-		st.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
-	}
+	sh.mu.Lock()
+	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
 
 	return tollgate.Result{
@@ -191,61 +343,101 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	}, nil
 }
 
-// insert adds a new key to sh (locked). Once the shard is half full, each
-// insertion looks at a few keys (Go's map iteration starts at a random
-// place): expired ones are reclaimed, and when the shard is full the sampled
-// key nearest to expiry is evicted. The cost is constant per new key, never
-// a sweep of the whole store; below half full it is nothing (starting a map
-// iteration costs more than the rest of a decision), and an expired key that
+// decide makes one decision on key's entry in sh (locked) into d.
+func (s *Store) decide(d *decision, sh *shard, h, kind uint64, key string, p *tollgate.Params, now, n int64) {
+	i := sh.find(h, kind, key)
+	if i < 0 {
+		if n == 0 { // looking at a fresh key stores nothing
+			var (
+				fresh state
+				log   ring
+			)
+			decideOn(d, &fresh, &log, true, p, now, 0)
+			return
+		}
+		i = s.insert(sh, h, kind, key, now)
+	}
+	e := &sh.tab[i]
+	var log *ring
+	if p.Algorithm == tollgate.SlidingWindowLog {
+		log = sh.log(e)
+	}
+	// An expired state decides as a fresh one, as in Redis, which has
+	// deleted it by then: the same once the limit changed, too (a token
+	// bucket full under a lower burst is not full under a higher one). A
+	// new entry's expires is 0: it is fresh.
+	live := e.expires > now
+	decideOn(d, &e.state, log, !live, p, now, n)
+	switch {
+	case d.write || live && d.reset > 0:
+		// Kept until it is full under the limit of the last call that saw
+		// it, as long as Redis keeps it: the TTL is whole ms, rounded up. A
+		// denial or a look sets it too (only it), so a state kept under
+		// another limit outlives the RetryAfter this call reports.
+		e.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
+	case !live:
+		// Seen expired, it is gone, as a Redis key is: a clock that steps
+		// back behind its expiry must not find it again.
+		e.expires = 0
+	}
+}
+
+// insert adds a new, empty entry for key to sh (locked) and returns its
+// index. A fresh key always spends what it asks (a cost is never above
+// what a full state admits), so the entry is always written.
+//
+// Once the shard is half full, each insertion looks at a few keys from the
+// new key's slot on (its hash puts that at a random place): expired ones
+// are reclaimed, and when the shard is full the sampled key nearest to
+// expiry is evicted. The cost is constant per new key, never a sweep of
+// the whole store; below half full it is nothing, and an expired key that
 // returns finds its state where it left it.
-func (s *Store) insert(sh *shard, k skey, st *state, now int64) {
-	if len(sh.m) < s.perShard/2 {
-		sh.m[k] = st
-		return
+func (s *Store) insert(sh *shard, h, kind uint64, key string, now int64) int {
+	if sh.n > 0 && sh.n >= s.perShard/2 {
+		s.reclaim(sh, h, now)
 	}
+	if 2*(sh.n+1) > len(sh.tab) {
+		sh.grow()
+	}
+	return sh.place(h, kind, key)
+}
+
+// reclaim samples a few entries of sh (locked, not empty) from the slot of
+// hash h on: it removes the expired ones and, when the shard is still
+// full, evicts the live one nearest to expiring.
+func (s *Store) reclaim(sh *shard, h uint64, now int64) {
 	const samples = 4
+	type sample struct {
+		hash, kind uint64
+		key        string
+		expires    int64
+	}
 	var (
-		victim   skey
-		earliest int64 = -1
-		seen     int
+		got    [samples]sample
+		k      int
+		victim = -1
 	)
-	for sk, v := range sh.m {
-		if v.expires <= now {
-			delete(sh.m, sk)
-			sh.recycle(v)
-		} else if earliest < 0 || v.expires < earliest {
-			victim, earliest = sk, v.expires
-		}
-		if seen++; seen == samples {
-			break
+	// Removing an entry moves others, so the samples are taken first and
+	// found again to be removed.
+	mask := uint64(len(sh.tab) - 1)
+	for i := h & mask; k < samples && k < sh.n; i = (i + 1) & mask {
+		if e := &sh.tab[i]; e.hash != 0 {
+			got[k] = sample{e.hash, e.kind, e.key, e.expires}
+			k++
 		}
 	}
-	if len(sh.m) >= s.perShard && earliest >= 0 {
-		sh.recycle(sh.m[victim])
-		delete(sh.m, victim)
+	for j, g := range got[:k] {
+		switch {
+		case g.expires <= now:
+			sh.remove(sh.find(g.hash, g.kind, g.key))
+		case victim < 0 || g.expires < got[victim].expires:
+			victim = j
+		}
+	}
+	if sh.n >= s.perShard && victim >= 0 {
+		g := got[victim]
+		sh.remove(sh.find(g.hash, g.kind, g.key))
 		sh.evictions.Add(1)
-	}
-	sh.m[k] = st
-}
-
-// newState returns a zero state, reusing a reclaimed one when it can: keys
-// that come and go (a client's state expires, it returns) then allocate
-// nothing either.
-func (sh *shard) newState() *state {
-	if n := len(sh.free); n > 0 {
-		st := sh.free[n-1]
-		sh.free = sh.free[:n-1]
-		return st
-	}
-	return new(state)
-}
-
-// recycle keeps a reclaimed state for reuse, zeroed but with its log's
-// buffer.
-func (sh *shard) recycle(st *state) {
-	if len(sh.free) < maxFree {
-		*st = state{log: ring{buf: st.log.buf}}
-		sh.free = append(sh.free, st)
 	}
 }
 
@@ -255,9 +447,12 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 	if err != nil {
 		return fmt.Errorf("memorystore: %w", err)
 	}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	kind := kindOf(&p)
+	h, sh := s.locate(key, kind)
 	sh.mu.Lock()
-	delete(sh.m, skey{key: key, alg: limit.Algorithm, period: p.PeriodUS})
+	if i := sh.find(h, kind, key); i >= 0 {
+		sh.remove(i)
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -278,7 +473,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += len(sh.m)
+		st.Keys += sh.n
 		sh.mu.Unlock()
 		st.Evictions += sh.evictions.Load()
 	}
@@ -292,26 +487,31 @@ func (s *Store) StateBytes(key string, limit tollgate.Limit) int {
 	if err != nil {
 		return 0
 	}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	kind := kindOf(&p)
+	h, sh := s.locate(key, kind)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	st, ok := sh.m[skey{key: key, alg: limit.Algorithm, period: p.PeriodUS}]
-	if !ok {
+	i := sh.find(h, kind, key)
+	if i < 0 {
 		return 0
 	}
-	const overhead = 8 * 8 // the state struct itself
-	return overhead + st.log.bytes()
+	const overhead = 8 * 8 // the entry itself
+	if e := &sh.tab[i]; p.Algorithm == tollgate.SlidingWindowLog && e.a > 0 {
+		return overhead + sh.logs[e.a-1].bytes()
+	}
+	return overhead
 }
 
 // expiry returns when key's state under limit expires (for tests).
 func (s *Store) expiry(key string, limit tollgate.Limit) (time.Time, bool) {
 	p, _ := limit.Params()
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	kind := kindOf(&p)
+	h, sh := s.locate(key, kind)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	st, ok := sh.m[skey{key: key, alg: limit.Algorithm, period: p.PeriodUS}]
-	if !ok {
+	i := sh.find(h, kind, key)
+	if i < 0 {
 		return time.Time{}, false
 	}
-	return time.UnixMicro(st.expires), true
+	return time.UnixMicro(sh.tab[i].expires), true
 }

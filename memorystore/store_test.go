@@ -3,6 +3,7 @@ package memorystore_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -99,4 +100,62 @@ func TestCanceledContext(t *testing.T) {
 func TestChanges(t *testing.T) {
 	t.Parallel()
 	conformance.Changes(t, backend(), 5000, 7)
+}
+
+// TestTableKeepsEveryKey: keys come and go at random in one shard, whose
+// table wraps around and moves entries back on every removal; after each
+// step the shard holds as many keys as it should, and every so often each
+// key is checked to hold the state it was given. Few keys keep the table
+// small, so that clusters of entries often wrap around its end.
+func TestTableKeepsEveryKey(t *testing.T) {
+	t.Parallel()
+	// A sliding window log's entries live beside the table and are reused
+	// by the keys that come after, so it is checked too.
+	logs := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: tollgate.MaxLogRate, Period: time.Hour}
+	for _, limit := range []tollgate.Limit{tollgate.PerHour(tollgate.MaxLogRate), logs} {
+		for _, nkeys := range []int{3, 7, 20, 300} {
+			t.Run(fmt.Sprint(limit.Algorithm, " ", nkeys, " keys"), func(t *testing.T) {
+				t.Parallel()
+				tableKeepsEveryKey(t, limit, nkeys)
+			})
+		}
+	}
+}
+
+func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int) {
+	clock := conformance.NewClock()
+	s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(1), memorystore.WithMaxKeys(1<<20))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, uint64(nkeys)))
+	want := map[string]int{} // key → tokens spent
+	for step := range 20_000 {
+		key := fmt.Sprint("k", rng.IntN(nkeys))
+		if rng.IntN(3) == 0 {
+			if err := s.Reset(ctx, key, limit); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, key)
+		} else {
+			if _, err := s.AllowN(ctx, key, limit, 1); err != nil {
+				t.Fatal(err)
+			}
+			want[key]++
+		}
+		if got, want := s.Stats().Keys, len(want); got != want {
+			t.Fatalf("step %d: Keys = %d, want %d", step, got, want)
+		}
+		if step%(1+nkeys/8) != 0 {
+			continue
+		}
+		for i := range nkeys {
+			k := fmt.Sprint("k", i)
+			r, err := s.AllowN(ctx, k, limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.Remaining, tollgate.MaxLogRate-want[k]; got != want {
+				t.Fatalf("step %d: %s has %d remaining, want %d", step, k, got, want)
+			}
+		}
+	}
 }

@@ -8,9 +8,9 @@
 //	go run ./cmd/compare -only 'token_bucket|redis_rate' -d 2s
 //
 // Redis rows: 64 goroutines in a closed loop over 10,000 keys, one go-redis
-// client each (PoolSize 64) on loopback. Memory rows: Go's parallel
-// benchmark shape (GOMAXPROCS goroutines) over the same 10,000 keys, then a
-// short timed loop for the percentiles.
+// client each (PoolSize 64) on loopback. Memory rows: Go benchmarks over
+// 100,000 live keys (-mem-keys), serially and in the parallel shape
+// (GOMAXPROCS goroutines), reported as ns/op and allocs/op.
 package main
 
 import (
@@ -48,7 +48,8 @@ func run(args []string, out io.Writer) error {
 		rounds     = fs.Int("rounds", 3, "rounds: each Redis row is measured d/rounds in each")
 		warmup     = fs.Duration("warmup", 500*time.Millisecond, "warm-up before each Redis row")
 		goroutines = fs.Int("g", 64, "goroutines of the Redis rows")
-		nkeys      = fs.Int("keys", 10_000, "keys")
+		nkeys      = fs.Int("keys", 10_000, "keys of the Redis rows")
+		memKeys    = fs.Int("mem-keys", 100_000, "keys of the in-memory rows")
 		only       = fs.String("only", "", "run only the rows whose name matches this regexp")
 		window     = fs.Duration("pipe-window", time.Millisecond, "WithPipeline window")
 		batch      = fs.Int("pipe-batch", 64, "WithPipeline batch")
@@ -107,29 +108,12 @@ func run(args []string, out io.Writer) error {
 		ratios(out, redisRes)
 	}
 
-	var memRes []result
 	if !*noMem {
-		rows := filterRows(memoryRows(), filter)
-		decs := make([]op, len(rows))
-		for i, r := range rows {
-			if decs[i], err = r.build(nil); err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
+		if rows := filterRows(memoryRows(), filter); len(rows) > 0 {
+			if err := memoryTables(out, rows, *rounds, *memKeys); err != nil {
+				return err
 			}
 		}
-		memRes = make([]result, len(rows))
-		for round := range *rounds {
-			for i, r := range rows {
-				f := parallel(keys(fmt.Sprintf("m%d:", i), *nkeys), 300*time.Millisecond, decs[i])
-				fmt.Fprintf(os.Stderr, "round %d %-60s %10.0f/s\n", round+1, r.name, f.perSecond())
-				memRes[i].row = r
-				memRes[i].f.add(f)
-			}
-		}
-	}
-	if len(memRes) > 0 {
-		fmt.Fprintf(out, "### In memory: Go's parallel benchmark shape (GOMAXPROCS=%d goroutines), %d keys\n\n", runtime.GOMAXPROCS(0), *nkeys)
-		table(out, memRes, false)
-		ratios(out, memRes)
 	}
 	return nil
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -137,33 +140,216 @@ func closedLoop(g int, ks []string, warmup, d time.Duration, decide op, mark fun
 	return figures{ops: int64(len(all)), errors: errs.Load(), elapsed: elapsed, samples: all, mallocs: ms1.Mallocs - ms0.Mallocs}
 }
 
-// parallel measures decide in the shape of a Go parallel benchmark
-// (testing.Benchmark with RunParallel: GOMAXPROCS goroutines, no timing per
-// call), which is how the in-memory peers benchmark themselves; then a
-// short closed loop of as many goroutines times each call for percentiles
-// (time.Now adds some tens of ns to each).
-func parallel(ks []string, d time.Duration, decide op) figures {
-	ctx := context.Background()
-	var seq atomic.Uint64
-	r := testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			j := int(seq.Add(1)) * 7919
-			for pb.Next() {
-				j++
-				if j >= len(ks) {
-					j = 0
-				}
-				if err := decide(ctx, ks[j]); err != nil {
-					b.Error(err)
-					return
-				}
+// memFigures are one in-memory row's measurements over all its rounds:
+// serially (one goroutine) and in parallel (GOMAXPROCS goroutines).
+type memFigures struct {
+	serial, parallel chunkFigures
+}
+
+// chunkFigures are the ns/op of every chunk of decisions, and the
+// allocations over all of them.
+type chunkFigures struct {
+	nsPerOp     []float64
+	ops, allocs int64
+}
+
+func (c *chunkFigures) add(d chunkFigures) {
+	c.nsPerOp = append(c.nsPerOp, d.nsPerOp...)
+	c.ops += d.ops
+	c.allocs += d.allocs
+}
+
+// median is the median chunk's ns/op: on a machine that other work
+// shares, a chunk during which this process was descheduled is slow by
+// however long that lasted, and the median leaves those out where a mean
+// would not.
+func (c *chunkFigures) median() float64 {
+	if len(c.nsPerOp) == 0 {
+		return 0
+	}
+	slices.Sort(c.nsPerOp)
+	return c.nsPerOp[len(c.nsPerOp)/2]
+}
+
+func (c chunkFigures) allocsPerOp() float64 { return float64(c.allocs) / float64(c.ops) }
+
+// memResult is one in-memory row and its figures.
+type memResult struct {
+	row
+	f memFigures
+}
+
+// memoryTables measures the in-memory rows over nkeys keys each, in rounds
+// that interleave the rows, and prints their table and their ratios to the
+// peers.
+func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
+	decs := make([]op, len(rows))
+	ks := make([][]string, len(rows))
+	for i, r := range rows {
+		var err error
+		if decs[i], err = r.build(nil); err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		// Every key holds state before anything is measured.
+		ks[i] = keys(fmt.Sprintf("m%d:", i), nkeys)
+		for _, k := range ks[i] {
+			if err := decs[i](context.Background(), k); err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
 			}
-		})
-	})
-	f := closedLoop(runtime.GOMAXPROCS(0), ks, 100*time.Millisecond, d, decide, nil)
-	f.ops = int64(r.N)
-	f.elapsed = r.T
-	f.mallocs = r.MemAllocs
-	return f
+		}
+	}
+	res := make([]memResult, len(rows))
+	g := runtime.GOMAXPROCS(0)
+	for round := range rounds {
+		for i, r := range rows {
+			s, err := chunks(ks[i], decs[i], 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			p, err := chunks(ks[i], decs[i], g)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, r.name, s.median(), p.median())
+			res[i].row = r
+			res[i].f.serial.add(s)
+			res[i].f.parallel.add(p)
+		}
+	}
+	fmt.Fprintf(out, "### In memory: %d live keys; serial (one goroutine) and parallel (GOMAXPROCS=%d goroutines)\n\n", nkeys, g)
+	fmt.Fprintf(out, "ns/op is the median of %d chunks of about %v per row and mode (parallel: wall time over all goroutines' decisions).\n\n", rounds*chunksPerRound, chunkTime)
+	fmt.Fprintln(out, "| limiter | serial ns/op | serial allocs/op | parallel ns/op | parallel allocs/op | note |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | --- |")
+	for _, r := range res {
+		fmt.Fprintf(out, "| %s | %.0f | %.2f | %.0f | %.2f | %s |\n", r.name, r.f.serial.median(), r.f.serial.allocsPerOp(),
+			r.f.parallel.median(), r.f.parallel.allocsPerOp(), r.note)
+	}
+	fmt.Fprintln(out)
+	memRatios(out, res)
+	return nil
+}
+
+// memRatios prints, for each tollgate row, how many times faster it is than
+// each peer (the peer's ns/op over its own), serially and in parallel:
+// "1.50×, 1.20×" is 1.5 times as fast serially and 1.2 in parallel.
+func memRatios(out io.Writer, rs []memResult) {
+	var peers, ours []memResult
+	for _, r := range rs {
+		if r.peer != "" {
+			peers = append(peers, r)
+		} else {
+			ours = append(ours, r)
+		}
+	}
+	if len(peers) == 0 || len(ours) == 0 {
+		return
+	}
+	fmt.Fprint(out, "| tollgate row |")
+	for _, p := range peers {
+		fmt.Fprintf(out, " vs %s: serial, parallel |", p.peer)
+	}
+	fmt.Fprint(out, "\n| --- |")
+	for range peers {
+		fmt.Fprint(out, " ---: |")
+	}
+	fmt.Fprintln(out)
+	for _, r := range ours {
+		fmt.Fprintf(out, "| %s |", r.name)
+		for _, p := range peers {
+			fmt.Fprintf(out, " %.2f×, %.2f× |", p.f.serial.median()/r.f.serial.median(), p.f.parallel.median()/r.f.parallel.median())
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintln(out)
+}
+
+const (
+	// chunkTime is about how long one chunk of decisions lasts: shorter
+	// than a scheduler's time slice, so that most chunks run undisturbed.
+	chunkTime = time.Millisecond
+	// chunksPerRound chunks are timed per row, mode and round.
+	chunksPerRound = 200
+)
+
+// chunks times decide in chunksPerRound chunks of about chunkTime, each
+// with g goroutines deciding at once, after a warm-up that sizes the
+// chunks. The goroutines walk the keys in one random order (the same for
+// every row), each from a different place. Not in the order the keys were
+// made: a limiter's state for them, made in that order, often lies in that
+// order in memory, and a walk in order, or by a constant stride, lets the
+// CPU's prefetchers fetch the next key's state before it is asked for,
+// which no service's traffic does. Every call must succeed: a denial is a
+// failure here, as the limits admit everything.
+func chunks(ks []string, decide op, g int) (chunkFigures, error) {
+	ctx := context.Background()
+	var (
+		mu     sync.Mutex
+		failed error
+		wg     sync.WaitGroup
+	)
+	order := rand.New(rand.NewPCG(1, 2)).Perm(len(ks))
+	walk := make([]string, len(ks))
+	for i, k := range order {
+		walk[i] = ks[k]
+	}
+	pos := make([]int, g)
+	for i := range pos {
+		pos[i] = i * len(ks) / g
+	}
+	// run makes n decisions on each of g goroutines at once and returns
+	// the wall time.
+	start := make([]chan int, g)
+	for i := range start {
+		start[i] = make(chan int)
+		go func() {
+			for n := range start[i] {
+				j := pos[i]
+				for range n {
+					if j++; j == len(walk) {
+						j = 0
+					}
+					if err := decide(ctx, walk[j]); err != nil {
+						mu.Lock()
+						failed = err
+						mu.Unlock()
+						break
+					}
+				}
+				pos[i] = j
+				wg.Done()
+			}
+		}()
+	}
+	defer func() {
+		for _, c := range start {
+			close(c)
+		}
+	}()
+	run := func(n int) time.Duration {
+		wg.Add(g)
+		t0 := time.Now()
+		for _, c := range start {
+			c <- n
+		}
+		wg.Wait()
+		return time.Since(t0)
+	}
+	n := 1000
+	for d := run(n); d < chunkTime/2; d = run(n) {
+		n *= 2
+	}
+	n = max(1, int(float64(n)*float64(chunkTime)/float64(run(n))))
+	var (
+		f        chunkFigures
+		ms0, ms1 runtime.MemStats
+	)
+	runtime.ReadMemStats(&ms0)
+	for range chunksPerRound {
+		d := run(n)
+		f.nsPerOp = append(f.nsPerOp, float64(d.Nanoseconds())/float64(n*g))
+	}
+	runtime.ReadMemStats(&ms1)
+	f.ops = int64(chunksPerRound * n * g)
+	f.allocs = int64(ms1.Mallocs - ms0.Mallocs)
+	return f, failed
 }
