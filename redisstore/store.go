@@ -86,6 +86,9 @@ type Store struct {
 	// pipe, when WithPipeline is given, gathers concurrent decisions into
 	// pipelines; nil sends each decision on its own.
 	pipe *pipeliner
+	// noBatch, set by WithBatching(false), keeps each pipelined decision
+	// its own script call.
+	noBatch bool
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -115,6 +118,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	}
 	if s.pipe != nil {
 		s.pipe.client = client
+		switch client.(type) {
+		case *redis.Client:
+			s.pipe.batching = !s.noBatch
+		case *redis.ClusterClient:
+			s.pipe.batching, s.pipe.cluster = !s.noBatch, true
+		}
 	}
 	return s
 }
@@ -137,48 +146,59 @@ func (s *Store) Key(key string, limit tollgate.Limit) string {
 // AllowN implements tollgate.Store. Invalid input is rejected before
 // anything is sent to Redis.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
-	res := tollgate.Result{Limit: limit}
 	p, err := tollgate.CheckRequest(key, limit, n)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %w", err)
+		return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: %w", err)
 	}
 	now := ""
 	if s.now != nil {
 		t := s.now().UnixMicro()
 		if t < 0 || t > exact.MaxNow {
-			return res, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
+			return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
 		}
 		now = strconv.FormatInt(t, 10)
 	}
-	var args []any
-	switch p.Algorithm {
-	case tollgate.TokenBucket:
-		args = []any{p.UnitRate, p.Unit, p.Burst, n, now}
-	case tollgate.LeakyBucket:
-		args = []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
-	case tollgate.GCRA:
-		args = []any{p.UnitRate, p.Unit, p.Burst, n, now}
-	case tollgate.SlidingWindowCounter:
-		args = []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
-	default: // FixedWindow, SlidingWindowLog
-		args = []any{p.Rate, p.PeriodUS, n, now}
-	}
-	rkey := s.Key(key, limit)
+	rkey, args := s.Key(key, limit), scriptArgs(p, n, now)
 	var reply any
 	if s.pipe != nil {
 		reply, err = s.pipe.run(ctx, p.Algorithm, rkey, args)
 	} else {
 		reply, err = scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
 	}
+	return s.result(limit, reply, err)
+}
+
+// scriptArgs returns the arguments of a decision's script (ARGV) for the
+// checked request p of cost n; now is the time in µs, or "" for the
+// server's.
+func scriptArgs(p tollgate.Params, n int, now string) []any {
+	switch p.Algorithm {
+	case tollgate.TokenBucket:
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now}
+	case tollgate.LeakyBucket:
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
+	case tollgate.GCRA:
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now}
+	case tollgate.SlidingWindowCounter:
+		return []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
+	default: // FixedWindow, SlidingWindowLog
+		return []any{p.Rate, p.PeriodUS, n, now}
+	}
+}
+
+// result turns a script's reply, or the error in its place, into the
+// decision's Result.
+func (s *Store) result(limit tollgate.Limit, reply any, err error) (tollgate.Result, error) {
+	res := tollgate.Result{Limit: limit}
 	// Errors name the algorithm, not the key: keys hold client addresses and
 	// API keys, and these errors end up in logs.
 	if err != nil {
 		s.failed(err)
-		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
+		return res, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
 	}
 	v, err := parseReply(reply)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
+		return res, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
 	}
 	res.Allowed = v[0] == 1
 	res.Remaining = int(v[1])

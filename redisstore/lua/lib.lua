@@ -114,3 +114,54 @@ local function muldiv(v, to, from, limit, up)
   end
   return math.min(q, limit)
 end
+
+-- run makes the script's decisions and returns the reply. Each script ends
+-- with run(decide, nargs, nowarg): decide(key, argv, o, now) makes one
+-- decision on key with its arguments in argv[o + 1 .. o + nargs], the one at
+-- nowarg being the time, already read by run.
+--
+-- With one key (KEYS[1], ARGV[1 .. nargs]) the reply is that decision's,
+-- and an error stops the script as any script error does. With more, the
+-- script is a batch: KEYS[i] is decided with ARGV[(i-1)*nargs + 1 .. i*nargs],
+-- in order, and the reply is an array holding each decision's reply or its
+-- error, so one bad decision fails no other. Why a batch:
+--   * A script call costs Redis about 25,000 instructions before it does
+--     anything (reading the command, the KEYS and ARGV tables, the call
+--     into Lua, the reply), and TIME 7,000 to 12,000 more; a batch pays
+--     both once, and a decision alone costs less than that overhead.
+--   * Each decision is still atomic: the whole batch is, Redis running one
+--     script at a time. Decisions on one key see each other's writes, in
+--     the order given.
+--   * The server's time is read once for the batch: its decisions are made
+--     within microseconds of each other, in one script, and so at one
+--     instant as far as any client can tell.
+--   * A decision's error (a key tollgate did not write, a command Redis
+--     refused) is caught with pcall and becomes that decision's reply;
+--     what it wrote before failing stays, as it would had it run alone.
+local function run(decide, nargs, nowarg)
+  if #KEYS == 1 then
+    return decide(KEYS[1], ARGV, 0, clock(ARGV[nowarg]))
+  end
+  if #ARGV ~= #KEYS * nargs then
+    return redis.error_reply('tollgate: a batch needs ' .. nargs .. ' arguments a key')
+  end
+  local out, t = {}, nil
+  for i = 1, #KEYS do
+    local o = (i - 1) * nargs
+    local now = ARGV[o + nowarg]
+    if now ~= '' then
+      now = tonumber(now)
+    else
+      if not t then
+        t = clock('')
+      end
+      now = t
+    end
+    local ok, r = pcall(decide, KEYS[i], ARGV, o, now)
+    if not ok and type(r) ~= 'table' then
+      r = redis.error_reply(tostring(r))
+    end
+    out[i] = r
+  end
+  return out
+end
