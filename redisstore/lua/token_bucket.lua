@@ -39,11 +39,17 @@ local function decide(key, argv, o, now)
   local capacity = tonumber(argv[o + 3]) * unit
   local n = tonumber(argv[o + 4])
 
-  local tokens, ts = capacity, now
+  local tokens, ts, same = capacity, now, false
   local st = redis.call('HMGET', key, 't', 'ts', 'u')
   if st[1] then
     tokens, ts = tonumber(st[1]), tonumber(st[2])
-    local u = tonumber(st[3])
+    -- u is stored as the text of ARGV[2]: while the rate is the same, the
+    -- texts are equal and u needs neither reading nor writing.
+    same = st[3] == argv[o + 2]
+    local u = unit
+    if not same then
+      u = tonumber(st[3])
+    end
     if not (tokens and ts and u) then
       return corrupt()
     end
@@ -71,7 +77,11 @@ local function decide(key, argv, o, now)
     retry = lag + cdiv(cost - tokens, rate)
   end
   if allowed == 1 and n > 0 then
-    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', int(unit))
+    if same then
+      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts))
+    else
+      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', argv[o + 2])
+    end
     expire(key, reset)
   elseif st[1] and reset > 0 then
     -- A denial or a look that found the key keeps it until it is full under

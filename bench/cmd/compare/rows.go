@@ -74,6 +74,14 @@ func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 			return storeOp(s, tollgateLimit(a)), err
 		}, note: fmt.Sprintf("WithPipeline(%v, %d)", pipeWindow, pipeBatch)})
 	}
+	// Pipelined with every decision its own script call, as before
+	// WithPipeline batched: what batching adds, in the same run.
+	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
+		rows = append(rows, row{name: "tollgate redisstore " + a.String() + ", pipelined, unbatched", build: func(rdb *redis.Client) (op, error) {
+			s := redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch), redisstore.WithBatching(false))
+			return storeOp(s, tollgateLimit(a)), s.Load(context.Background())
+		}, note: fmt.Sprintf("WithPipeline(%v, %d), WithBatching(false)", pipeWindow, pipeBatch)})
+	}
 	rows = append(rows,
 		row{name: "tollgate tiered over redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
 			s, err := plain(rdb)
