@@ -36,19 +36,30 @@ func TestBatchModel(t *testing.T) {
 	for _, topo := range []struct {
 		name   string
 		client func(*testing.T) redis.UniversalClient
-	}{{"standalone", standalone}, {"cluster", clustered}} {
+		load   bool // call the function library
+	}{
+		{"standalone", standalone, false},
+		{"cluster", clustered, false},
+		{"standalone functions", standalone, true},
+		{"cluster functions", clustered, true},
+	} {
 		for _, alg := range tollgate.Algorithms() {
 			t.Run(topo.name+"/"+alg.String(), func(t *testing.T) {
 				t.Parallel()
-				batchModel(t, topo.client(t), alg, 1000)
+				batchModel(t, topo.client(t), topo.load, alg, 1000)
 			})
 		}
 	}
 }
 
-func batchModel(t *testing.T, rdb redis.UniversalClient, alg tollgate.Algorithm, steps int) {
+func batchModel(t *testing.T, rdb redis.UniversalClient, load bool, alg tollgate.Algorithm, steps int) {
 	ctx := context.Background()
 	s := redisstore.New(rdb, redisstore.WithPipeline(time.Millisecond, 64))
+	if load {
+		if err := s.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	m := model.New()
 	gen := conformance.NewGen(alg, rand.NewPCG(11, uint64(alg)))
 	rng := rand.New(rand.NewPCG(12, uint64(alg)))
@@ -235,8 +246,10 @@ func TestBatchGroups(t *testing.T) {
 			var pipelines, cmds atomic.Int64
 			rdb.AddHook(pipeHook{pipelines: &pipelines, cmds: &cmds})
 			s := redisstore.New(rdb, redisstore.WithPipeline(time.Millisecond, 64), redisstore.WithBatching(tc.batched))
-			if err := s.Load(context.Background()); err != nil { // no NOSCRIPT in the first count
-				t.Fatal(err)
+			for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.FixedWindow} { // no NOSCRIPT in the first count
+				if err := rdb.ScriptLoad(context.Background(), redisstore.Source(a)).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			// Two hash tags, two algorithms, three keys in each of the four
 			// pairs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,6 +109,8 @@ type pipeliner struct {
 	// cluster groups them by hash slot too.
 	batching bool
 	cluster  bool
+	// fn is the store's: whether to call functions instead of scripts.
+	fn *atomic.Bool
 
 	mu       sync.Mutex
 	cur      *batch
@@ -210,9 +213,10 @@ func (p *pipeliner) send(b *batch) {
 	}
 }
 
-// exec runs b's decisions as one pipeline of EVALSHA — one per group of
-// decisions that batch together (see group) — and those the server answers
-// NOSCRIPT as a second pipeline of EVAL.
+// exec runs b's decisions as one pipeline of FCALL or EVALSHA (see
+// Store.run) — one per group of decisions that batch together (see group)
+// — and those the server answers that it lacks the function or the script
+// as a second pipeline of EVAL.
 func (p *pipeliner) exec(b *batch) {
 	ctx := context.Background()
 	if !b.noDeadline {
@@ -232,14 +236,25 @@ func (p *pipeliner) exec(b *batch) {
 	}
 	cmds := make([]*redis.Cmd, len(groups))
 	pipe := p.client.Pipeline()
+	fn := p.fn != nil && p.fn.Load()
 	for i, g := range groups {
-		cmds[i] = pipe.EvalSha(ctx, scripts[b.calls[g[0]].alg].Hash(), keys[i], args[i]...)
+		if alg := b.calls[g[0]].alg; fn {
+			cmds[i] = pipe.FCall(ctx, fnNames[alg], keys[i], args[i]...)
+		} else {
+			cmds[i] = pipe.EvalSha(ctx, scripts[alg].Hash(), keys[i], args[i]...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 
 	var missing []int
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err := cmd.Err()
+		switch {
+		case err == nil:
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			missing = append(missing, i)
+		case fn && isMissingFunction(err):
+			p.fn.Store(false)
 			missing = append(missing, i)
 		}
 	}

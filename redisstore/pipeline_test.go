@@ -108,8 +108,8 @@ func TestPipelineConcurrent(t *testing.T) {
 	}
 }
 
-// pipeHook counts the pipelines that carry script calls, and the script
-// calls in them (a new connection's handshake is a pipeline too).
+// pipeHook counts the pipelines that carry script or function calls, and
+// those calls in them (a new connection's handshake is a pipeline too).
 type pipeHook struct{ pipelines, cmds *atomic.Int64 }
 
 func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -118,7 +118,7 @@ func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var scripts int64
 		for _, c := range cmds {
-			if name := c.Name(); name == "evalsha" || name == "eval" {
+			if name := c.Name(); name == "evalsha" || name == "eval" || name == "fcall" {
 				scripts++
 			}
 		}

@@ -29,6 +29,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,14 +60,17 @@ func init() {
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
 	}
+	var bodies [len(keyNames)]string
 	for _, a := range tollgate.Algorithms() {
 		body, err := luaFiles.ReadFile("lua/" + a.String() + ".lua")
 		if err != nil {
 			panic(err)
 		}
+		bodies[a] = string(body)
 		sources[a] = string(lib) + "\n" + string(body)
 		scripts[a] = redis.NewScript(sources[a])
 	}
+	initLibrary(string(lib), bodies)
 }
 
 // Source returns the Lua source the store runs for algorithm a: lua/lib.lua
@@ -89,6 +93,10 @@ type Store struct {
 	// noBatch, set by WithBatching(false), keeps each pipelined decision
 	// its own script call.
 	noBatch bool
+	// fn is set once Load has loaded the function library on every server,
+	// and cleared when a server lacks it: decisions then call functions
+	// (FCALL) instead of scripts.
+	fn atomic.Bool
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -118,6 +126,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	}
 	if s.pipe != nil {
 		s.pipe.client = client
+		s.pipe.fn = &s.fn
 		switch client.(type) {
 		case *redis.Client:
 			s.pipe.batching = !s.noBatch
@@ -163,9 +172,24 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	if s.pipe != nil {
 		reply, err = s.pipe.run(ctx, p.Algorithm, rkey, args)
 	} else {
-		reply, err = scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+		reply, err = s.run(ctx, p.Algorithm, rkey, args)
 	}
 	return s.result(limit, reply, err)
+}
+
+// run makes one decision with one call: to the algorithm's function when
+// the library is loaded, else (or when the server lacks the function) to
+// its script, by EVALSHA and, if the server lacks that too, EVAL.
+func (s *Store) run(ctx context.Context, alg tollgate.Algorithm, rkey string, args []any) (any, error) {
+	keys := []string{rkey}
+	if s.fn.Load() {
+		reply, err := s.client.FCall(ctx, fnNames[alg], keys, args...).Result()
+		if err == nil || !isMissingFunction(err) {
+			return reply, err
+		}
+		s.fn.Store(false)
+	}
+	return scripts[alg].Run(ctx, s.client, keys, args...).Result()
 }
 
 // scriptArgs returns the arguments of a decision's script (ARGV) for the
@@ -266,13 +290,22 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 }
 
 // Load loads every script into the server's script cache (on a Cluster, into
-// every master's), so the first decisions need no EVAL fallback. Calling it
-// is optional: a script the server lacks is sent once, then cached.
+// every master's), so the first decisions need no EVAL fallback, and on
+// Redis 7 the function library, which decisions then call instead of the
+// scripts (see Library). Calling it is optional: a script the server lacks
+// is sent once, then cached; without Load the store runs scripts only.
+// A server without functions (Redis 6.2) is no error: the store runs the
+// scripts there.
 func (s *Store) Load(ctx context.Context) error {
 	for _, a := range tollgate.Algorithms() {
 		if err := scripts[a].Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load %s script: %w", a, err)
 		}
 	}
+	ok, err := s.loadLibrary(ctx)
+	if err != nil {
+		return fmt.Errorf("redisstore: load function library: %w", err)
+	}
+	s.fn.Store(ok)
 	return nil
 }

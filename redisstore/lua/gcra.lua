@@ -123,4 +123,4 @@ local function decide(key, argv, o, now)
   return {allowed, remaining, retry, reset, 0}
 end
 
-return run(decide, 5, 5)
+return run(decide, 5, 5, KEYS, ARGV)

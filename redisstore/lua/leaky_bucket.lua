@@ -103,4 +103,4 @@ local function decide(key, argv, o, now)
   return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}
 end
 
-return run(decide, 6, 5)
+return run(decide, 6, 5, KEYS, ARGV)

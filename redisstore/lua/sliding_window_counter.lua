@@ -94,4 +94,4 @@ local function decide(key, argv, o, now)
   return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0}
 end
 
-return run(decide, 5, 5)
+return run(decide, 5, 5, KEYS, ARGV)

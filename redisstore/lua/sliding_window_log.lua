@@ -118,4 +118,4 @@ local function decide(key, argv, o, now)
   return {allowed, math.max(limit - count, 0), retry, reset, 0}
 end
 
-return run(decide, 4, 4)
+return run(decide, 4, 4, KEYS, ARGV)

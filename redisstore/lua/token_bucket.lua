@@ -93,4 +93,4 @@ local function decide(key, argv, o, now)
   return {allowed, fdiv(tokens, unit), retry, reset, 0}
 end
 
-return run(decide, 5, 5)
+return run(decide, 5, 5, KEYS, ARGV)
