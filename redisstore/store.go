@@ -6,7 +6,11 @@
 // writes atomically in one round trip: two replicas can never both spend the
 // last token. The scripts live in lua/, one file per algorithm, each with a
 // header explaining its keys, arguments, reply and choices; the same
-// algorithms run in memorystore with identical results.
+// algorithms run in memorystore with identical results. On Redis 7, Load
+// also loads them as one function library, which decisions then call
+// (FCALL) for less of the server's time; and WithPipeline sends a
+// pipeline's decisions of one algorithm and hash slot as one call that
+// decides them in order, each atomically, each with its own reply.
 //
 // Time comes from the Redis server (TIME) unless WithClock says otherwise,
 // so application clocks do not matter. Every key gets a TTL in the same
