@@ -18,8 +18,8 @@ import (
 // scripts — lib.lua once, then each algorithm's file — so a function
 // decides exactly as its script does. What differs is what a call costs:
 // a script builds lib.lua's helpers and its decide function afresh on
-// every call, a library once when it is loaded, about 9,000 instructions
-// a decision less (bench/luacost.sh).
+// every call, a library once when it is loaded: 5,000 to 9,000
+// instructions a decision less, by algorithm (bench/luacost.sh).
 //
 // The store calls functions only after Load has loaded the library on
 // every server the client talks to (every master of a Cluster); until
