@@ -10,6 +10,7 @@
 # every script. Needs valgrind, redis-server and redis-benchmark.
 #
 #   cd bench && ./luacost.sh            # N=20000 decisions per script
+#   ONLY='^token_bucket' ./luacost.sh   # the rows whose name matches
 set -euo pipefail
 cd "$(dirname "$0")"
 port=${PORT:-17399}
@@ -23,35 +24,64 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 
 cli() { redis-cli -p "$port" "$@"; }
-# measure NAME SOURCE-FILE ARGS...: N EVALSHA calls over 1,000 keys, 16 deep.
+# measure NAME SCRIPT-FILE|fn:FUNCTION KEYS ARGS...: N decisions over
+# 1,000 keys, as EVALSHA calls of the script (or FCALL of the library's
+# function) with KEYS keys each (KEYS > 1: a batch, ARGS repeated for every
+# key), 16 deep; prints instructions per decision.
 measure() {
-  local name=$1 src=$2; shift 2
-  local sha
-  sha=$(cli script load "$(cat "$src")")
-  redis-benchmark -p "$port" -n 5000 -P 16 -c 4 -r 1000 -q EVALSHA "$sha" 1 "k:${name//[^a-z_]/}:__rand_int__" "$@" >/dev/null
+  local name=$1 src=$2 k=$3; shift 3
+  [[ $name =~ ${ONLY:-.} ]] || return 0
+  local call i calls=$(( n / k )) argv=()
+  if [[ $src == fn:* ]]; then
+    call=(FCALL "${src#fn:}")
+  else
+    call=(EVALSHA "$(cli script load "$(cat "$src")")")
+  fi
+  for (( i = 0; i < k; i++ )); do argv+=("k:${name//[^a-z_]/}:__rand_int__"); done
+  for (( i = 0; i < k; i++ )); do argv+=("$@"); done
+  redis-benchmark -p "$port" -n $(( 5000 / k + 1 )) -P 16 -c 4 -r 1000 -q "${call[@]}" "$k" "${argv[@]}" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
-  redis-benchmark -p "$port" -n "$n" -P 16 -c 4 -r 1000 -q EVALSHA "$sha" 1 "k:${name//[^a-z_]/}:__rand_int__" "$@" >/dev/null
+  redis-benchmark -p "$port" -n "$calls" -P 16 -c 4 -r 1000 -q "${call[@]}" "$k" "${argv[@]}" >/dev/null
   callgrind_control -d "$pid" >/dev/null 2>&1
   local f ir
   f=$(ls -t "$dir"/cg.* | head -1)
   ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
-  printf '| %s | %s |\n' "$name" "$(( ir / n ))"
+  printf '| %s | %s |\n' "$name" "$(( ir / (calls * k) ))"
 }
 script() { cat "$lua/lib.lua"; echo; cat "$lua/$1.lua"; }
 
 rr=$(go list -m -f '{{.Dir}}' github.com/go-redis/redis_rate/v10)
 sed -n '/^var allowN = redis.NewScript(`/,/^`)/p' "$rr/lua.go" | sed '1d;$d' >"$dir/redis_rate.lua"
+# The scripts as redisstore runs them, and the function library as Load
+# loads it (redisstore/functions.go): lib.lua once, then each algorithm's
+# file, its last line registering its function instead of returning.
+echo '#!lua name=tollgate_luacost' >"$dir/library.lua"
+cat "$lua/lib.lua" >>"$dir/library.lua"
 for a in token_bucket gcra fixed_window sliding_window_log sliding_window_counter leaky_bucket; do
   script "$a" >"$dir/$a.lua"
+  { echo; echo do
+    sed -E "s/^return (run\(decide, [0-9]+, [0-9]+), KEYS, ARGV\)\s*$/redis.register_function('$a', function(keys, argv) return \1, keys, argv) end)/" "$lua/$a.lua"
+    echo end; } >>"$dir/library.lua"
 done
+cli function load "$(cat "$dir/library.lua")" >/dev/null
 
 echo "| script (1,000/s, burst 1,000; every decision admitted and written) | instructions per decision |"
 echo "| --- | ---: |"
 # ARGV as redisstore sends them for 1,000 per second, burst 1,000, cost 1, Redis time.
-measure token_bucket "$dir/token_bucket.lua" 1 1000 1000 1 ''
-measure gcra "$dir/gcra.lua" 1 1000 1000 1 ''
-measure fixed_window "$dir/fixed_window.lua" 1000 1000000 1 ''
-measure sliding_window_log "$dir/sliding_window_log.lua" 1000 1000000 1 ''
-measure sliding_window_counter "$dir/sliding_window_counter.lua" 1000 1000000 1000 1 ''
-measure leaky_bucket "$dir/leaky_bucket.lua" 1 1000 1000 1 '' 0
-measure "go-redis/redis_rate v10" "$dir/redis_rate.lua" 1000 1000 1 1
+tb=(1 1000 1000 1 '') gcra=(1 1000 1000 1 '') fw=(1000 1000000 1 '') swl=(1000 1000000 1 '')
+swc=(1000 1000000 1000 1 '') lb=(1 1000 1000 1 '' 0)
+for form in script function; do
+  for k in 1 64; do
+    suffix=""
+    [[ $form == function ]] && suffix=", function"
+    (( k > 1 )) && suffix="$suffix, batch of $k"
+    src() { if [[ $form == function ]]; then echo "fn:$1"; else echo "$dir/$1.lua"; fi; }
+    measure "token_bucket$suffix" "$(src token_bucket)" "$k" "${tb[@]}"
+    measure "gcra$suffix" "$(src gcra)" "$k" "${gcra[@]}"
+    measure "fixed_window$suffix" "$(src fixed_window)" "$k" "${fw[@]}"
+    measure "sliding_window_log$suffix" "$(src sliding_window_log)" "$k" "${swl[@]}"
+    measure "sliding_window_counter$suffix" "$(src sliding_window_counter)" "$k" "${swc[@]}"
+    measure "leaky_bucket$suffix" "$(src leaky_bucket)" "$k" "${lb[@]}"
+  done
+done
+measure "go-redis/redis_rate v10" "$dir/redis_rate.lua" 1 1000 1000 1 1

@@ -39,19 +39,27 @@ func TestPipelineConformance(t *testing.T) {
 
 // TestPipelineConcurrent sends many concurrent decisions on a few keys and
 // requires exact counts (no refill within the test: one token an hour) and
-// fewer pipelines than decisions.
+// fewer pipelines than decisions. Batched, the decisions take fewer script
+// calls than decisions (on a single server, one a pipeline: they are all
+// of one algorithm); unbatched, a script call each.
 func TestPipelineConcurrent(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		client func(*testing.T) redis.UniversalClient
-	}{{"standalone", standalone}, {"cluster", clustered}} {
+		name    string
+		client  func(*testing.T) redis.UniversalClient
+		batched bool
+	}{
+		{"standalone", standalone, true},
+		{"cluster", clustered, true},
+		{"standalone unbatched", standalone, false},
+		{"cluster unbatched", clustered, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := tc.client(t)
 			var pipelines, cmds atomic.Int64
 			rdb.AddHook(pipeHook{pipelines: &pipelines, cmds: &cmds})
-			s := redisstore.New(rdb, redisstore.WithPipeline(200*time.Microsecond, 32))
+			s := redisstore.New(rdb, redisstore.WithPipeline(200*time.Microsecond, 32), redisstore.WithBatching(tc.batched))
 			ctx := context.Background()
 			const goroutines, each, nkeys, burst = 48, 40, 6, 100
 			keys := make([]string, nkeys)
@@ -85,24 +93,39 @@ func TestPipelineConcurrent(t *testing.T) {
 				}
 			}
 			decisions := int64(goroutines * each)
-			if got := cmds.Load(); got < decisions {
-				t.Errorf("%d commands in pipelines for %d decisions", got, decisions)
-			}
 			if got := pipelines.Load(); got == 0 || got >= decisions/2 {
 				t.Errorf("%d pipelines for %d decisions: want batches of several", got, decisions)
+			}
+			switch got := cmds.Load(); {
+			case !tc.batched && got < decisions:
+				t.Errorf("unbatched: %d commands in pipelines for %d decisions, want one each", got, decisions)
+			case tc.batched && got >= decisions:
+				t.Errorf("batched: %d commands in pipelines for %d decisions, want fewer", got, decisions)
+			case tc.batched && tc.name == "standalone" && got != pipelines.Load():
+				t.Errorf("batched on one server: %d commands in %d pipelines, want one each", got, pipelines.Load())
 			}
 		})
 	}
 }
 
+// pipeHook counts the pipelines that carry script or function calls, and
+// those calls in them (a new connection's handshake is a pipeline too).
 type pipeHook struct{ pipelines, cmds *atomic.Int64 }
 
 func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.pipelines.Add(1)
-		h.cmds.Add(int64(len(cmds)))
+		var scripts int64
+		for _, c := range cmds {
+			if name := c.Name(); name == "evalsha" || name == "eval" || name == "fcall" {
+				scripts++
+			}
+		}
+		if scripts > 0 {
+			h.pipelines.Add(1)
+			h.cmds.Add(scripts)
+		}
 		return next(ctx, cmds)
 	}
 }

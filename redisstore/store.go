@@ -6,7 +6,11 @@
 // writes atomically in one round trip: two replicas can never both spend the
 // last token. The scripts live in lua/, one file per algorithm, each with a
 // header explaining its keys, arguments, reply and choices; the same
-// algorithms run in memorystore with identical results.
+// algorithms run in memorystore with identical results. On Redis 7, Load
+// also loads them as one function library, which decisions then call
+// (FCALL) for less of the server's time; and WithPipeline sends a
+// pipeline's decisions of one algorithm and hash slot as one call that
+// decides them in order, each atomically, each with its own reply.
 //
 // Time comes from the Redis server (TIME) unless WithClock says otherwise,
 // so application clocks do not matter. Every key gets a TTL in the same
@@ -29,6 +33,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,14 +64,17 @@ func init() {
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
 	}
+	var bodies [len(keyNames)]string
 	for _, a := range tollgate.Algorithms() {
 		body, err := luaFiles.ReadFile("lua/" + a.String() + ".lua")
 		if err != nil {
 			panic(err)
 		}
+		bodies[a] = string(body)
 		sources[a] = string(lib) + "\n" + string(body)
 		scripts[a] = redis.NewScript(sources[a])
 	}
+	initLibrary(string(lib), bodies)
 }
 
 // Source returns the Lua source the store runs for algorithm a: lua/lib.lua
@@ -86,6 +94,13 @@ type Store struct {
 	// pipe, when WithPipeline is given, gathers concurrent decisions into
 	// pipelines; nil sends each decision on its own.
 	pipe *pipeliner
+	// noBatch, set by WithBatching(false), keeps each pipelined decision
+	// its own script call.
+	noBatch bool
+	// fn is set once Load has loaded the function library on every server,
+	// and cleared when a server lacks it: decisions then call functions
+	// (FCALL) instead of scripts.
+	fn atomic.Bool
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -115,6 +130,13 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	}
 	if s.pipe != nil {
 		s.pipe.client = client
+		s.pipe.fn = &s.fn
+		switch client.(type) {
+		case *redis.Client:
+			s.pipe.batching = !s.noBatch
+		case *redis.ClusterClient:
+			s.pipe.batching, s.pipe.cluster = !s.noBatch, true
+		}
 	}
 	return s
 }
@@ -137,48 +159,74 @@ func (s *Store) Key(key string, limit tollgate.Limit) string {
 // AllowN implements tollgate.Store. Invalid input is rejected before
 // anything is sent to Redis.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
-	res := tollgate.Result{Limit: limit}
 	p, err := tollgate.CheckRequest(key, limit, n)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %w", err)
+		return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: %w", err)
 	}
 	now := ""
 	if s.now != nil {
 		t := s.now().UnixMicro()
 		if t < 0 || t > exact.MaxNow {
-			return res, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
+			return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
 		}
 		now = strconv.FormatInt(t, 10)
 	}
-	var args []any
-	switch p.Algorithm {
-	case tollgate.TokenBucket:
-		args = []any{p.UnitRate, p.Unit, p.Burst, n, now}
-	case tollgate.LeakyBucket:
-		args = []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
-	case tollgate.GCRA:
-		args = []any{p.UnitRate, p.Unit, p.Burst, n, now}
-	case tollgate.SlidingWindowCounter:
-		args = []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
-	default: // FixedWindow, SlidingWindowLog
-		args = []any{p.Rate, p.PeriodUS, n, now}
-	}
-	rkey := s.Key(key, limit)
+	rkey, args := s.Key(key, limit), scriptArgs(p, n, now)
 	var reply any
 	if s.pipe != nil {
 		reply, err = s.pipe.run(ctx, p.Algorithm, rkey, args)
 	} else {
-		reply, err = scripts[p.Algorithm].Run(ctx, s.client, []string{rkey}, args...).Result()
+		reply, err = s.run(ctx, p.Algorithm, rkey, args)
 	}
+	return s.result(limit, reply, err)
+}
+
+// run makes one decision with one call: to the algorithm's function when
+// the library is loaded, else (or when the server lacks the function) to
+// its script, by EVALSHA and, if the server lacks that too, EVAL.
+func (s *Store) run(ctx context.Context, alg tollgate.Algorithm, rkey string, args []any) (any, error) {
+	keys := []string{rkey}
+	if s.fn.Load() {
+		reply, err := s.client.FCall(ctx, fnNames[alg], keys, args...).Result()
+		if err == nil || !isMissingFunction(err) {
+			return reply, err
+		}
+		s.fn.Store(false)
+	}
+	return scripts[alg].Run(ctx, s.client, keys, args...).Result()
+}
+
+// scriptArgs returns the arguments of a decision's script (ARGV) for the
+// checked request p of cost n; now is the time in µs, or "" for the
+// server's.
+func scriptArgs(p tollgate.Params, n int, now string) []any {
+	switch p.Algorithm {
+	case tollgate.TokenBucket:
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now}
+	case tollgate.LeakyBucket:
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
+	case tollgate.GCRA:
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now}
+	case tollgate.SlidingWindowCounter:
+		return []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
+	default: // FixedWindow, SlidingWindowLog
+		return []any{p.Rate, p.PeriodUS, n, now}
+	}
+}
+
+// result turns a script's reply, or the error in its place, into the
+// decision's Result.
+func (s *Store) result(limit tollgate.Limit, reply any, err error) (tollgate.Result, error) {
+	res := tollgate.Result{Limit: limit}
 	// Errors name the algorithm, not the key: keys hold client addresses and
 	// API keys, and these errors end up in logs.
 	if err != nil {
 		s.failed(err)
-		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
+		return res, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
 	}
 	v, err := parseReply(reply)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
+		return res, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
 	}
 	res.Allowed = v[0] == 1
 	res.Remaining = int(v[1])
@@ -246,13 +294,22 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 }
 
 // Load loads every script into the server's script cache (on a Cluster, into
-// every master's), so the first decisions need no EVAL fallback. Calling it
-// is optional: a script the server lacks is sent once, then cached.
+// every master's), so the first decisions need no EVAL fallback, and on
+// Redis 7 the function library, which decisions then call instead of the
+// scripts (see Library). Calling it is optional: a script the server lacks
+// is sent once, then cached; without Load the store runs scripts only.
+// A server without functions (Redis 6.2) is no error: the store runs the
+// scripts there.
 func (s *Store) Load(ctx context.Context) error {
 	for _, a := range tollgate.Algorithms() {
 		if err := scripts[a].Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load %s script: %w", a, err)
 		}
 	}
+	ok, err := s.loadLibrary(ctx)
+	if err != nil {
+		return fmt.Errorf("redisstore: load function library: %w", err)
+	}
+	s.fn.Store(ok)
 	return nil
 }

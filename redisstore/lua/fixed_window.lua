@@ -22,46 +22,48 @@
 --     the TTL: the key must outlive the retry-after it reports).
 --   * n = 0 only looks: it is always allowed (a lowered limit can leave the
 --     count above it, and looking must not fail for that).
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local now = clock(ARGV[4])
+local function decide(key, argv, o, now)
+  local limit = tonumber(argv[o + 1])
+  local period = tonumber(argv[o + 2])
+  local n = tonumber(argv[o + 3])
 
-local window, count = fdiv(now, period), 0
-local st = redis.call('HMGET', key, 'w', 'c')
-if st[1] then
-  local w, c = tonumber(st[1]), tonumber(st[2])
-  if not (w and c) then
-    return corrupt()
+  local window, count = fdiv(now, period), 0
+  local st = redis.call('HMGET', key, 'w', 'c')
+  if st[1] then
+    local w, c = tonumber(st[1]), tonumber(st[2])
+    if not (w and c) then
+      return corrupt()
+    end
+    if w >= window then
+      window, count = w, c
+    end
   end
-  if w >= window then
-    window, count = w, c
+
+  local finish = (window + 1) * period
+  local allowed, retry, reset = 0, 0, 0
+  if n == 0 or count + n <= limit then
+    allowed = 1
+    if n > 0 then
+      count = count + n
+      redis.call('HSET', key, 'w', int(window), 'c', int(count))
+    end
+  else
+    retry = finish - now
   end
+  if count > 0 then
+    reset = finish - now
+  end
+  if allowed == 1 and n > 0 then
+    expire(key, reset)
+  elseif st[1] and reset > 0 then
+    -- A denial or a look that found the key keeps it until it is full under
+    -- this call's limit (its value stays byte for byte as it was): after a
+    -- limit change the TTL a write set may end before the retry-after
+    -- reported here.
+    expire(key, reset)
+  end
+  -- A lowered limit can leave count above it: nothing remains, not less.
+  return {allowed, math.max(limit - count, 0), retry, reset, 0}
 end
 
-local finish = (window + 1) * period
-local allowed, retry, reset = 0, 0, 0
-if n == 0 or count + n <= limit then
-  allowed = 1
-  if n > 0 then
-    count = count + n
-    redis.call('HSET', key, 'w', int(window), 'c', int(count))
-  end
-else
-  retry = finish - now
-end
-if count > 0 then
-  reset = finish - now
-end
-if allowed == 1 and n > 0 then
-  expire(key, reset)
-elseif st[1] and reset > 0 then
-  -- A denial or a look that found the key keeps it until it is full under
-  -- this call's limit (its value stays byte for byte as it was): after a
-  -- limit change the TTL a write set may end before the retry-after
-  -- reported here.
-  expire(key, reset)
-end
--- A lowered limit can leave count above it: nothing remains, not less.
-return {allowed, math.max(limit - count, 0), retry, reset, 0}
+return run(decide, 4, 4, KEYS, ARGV)

@@ -38,87 +38,89 @@
 --     command; a denied request writes nothing. A denial or a look that
 --     finds the TAT ahead sets the TTL only (to reset-after, under its own
 --     limit), so the key outlives the retry-after it reports.
-local key = KEYS[1]
-local rate = tonumber(ARGV[1])
-local unit = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local now = clock(ARGV[5])
+local function decide(key, argv, o, now)
+  local rate = tonumber(argv[o + 1])
+  local unit = tonumber(argv[o + 2])
+  local burst = tonumber(argv[o + 3])
+  local n = tonumber(argv[o + 4])
 
-local tat, frac = now, 0
-local v = redis.call('GET', key)
-if v then
-  local t, f, u = tonumber(v), 0, rate
-  if not t then
-    local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
-    t, f, u = tonumber(a), tonumber(b), tonumber(c)
-    if not (t and f and u) or f >= u then
-      return corrupt()
-    end
-    if u ~= rate then
-      f = muldiv(f, rate, u, rate, true)
-      if f == rate then
-        t, f = t + 1, 0
+  local tat, frac = now, 0
+  local v = redis.call('GET', key)
+  if v then
+    local t, f, u = tonumber(v), 0, rate
+    if not t then
+      local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
+      t, f, u = tonumber(a), tonumber(b), tonumber(c)
+      if not (t and f and u) or f >= u then
+        return corrupt()
+      end
+      if u ~= rate then
+        f = muldiv(f, rate, u, rate, true)
+        if f == rate then
+          t, f = t + 1, 0
+        end
       end
     end
+    if t >= now then
+      tat, frac = t, f
+    end
   end
-  if t >= now then
-    tat, frac = t, f
-  end
-end
 
-local ahead = tat - now -- whole µs; the TAT is ahead + frac / rate past now
-local room = (burst - n) * unit - frac -- in units: how far ahead it may be
-local allowed, retry = 0, 0
-if n == 0 or ahead * rate <= room then
-  allowed = 1
-  if n > 0 then
-    -- Move the TAT n intervals on, carrying the fraction into whole µs.
-    local step = n * unit
-    if rate == 1 then
-      tat = tat + step
-    else
-      local whole = fdiv(step, rate)
-      local part = step - whole * rate
-      tat = tat + whole
-      if frac >= rate - part then
-        tat, frac = tat + 1, frac - (rate - part)
+  local ahead = tat - now -- whole µs; the TAT is ahead + frac / rate past now
+  local room = (burst - n) * unit - frac -- in units: how far ahead it may be
+  local allowed, retry = 0, 0
+  if n == 0 or ahead * rate <= room then
+    allowed = 1
+    if n > 0 then
+      -- Move the TAT n intervals on, carrying the fraction into whole µs.
+      local step = n * unit
+      if rate == 1 then
+        tat = tat + step
       else
-        frac = frac + part
+        local whole = fdiv(step, rate)
+        local part = step - whole * rate
+        tat = tat + whole
+        if frac >= rate - part then
+          tat, frac = tat + 1, frac - (rate - part)
+        else
+          frac = frac + part
+        end
       end
+      ahead = tat - now
     end
-    ahead = tat - now
-  end
-else
-  -- The first whole µs at which ahead + frac/rate + n intervals <= B
-  -- intervals: ceil of a quotient that may be negative.
-  local x = -room
-  if x >= 0 then
-    retry = ahead + cdiv(x, rate)
   else
-    retry = ahead - fdiv(-x, rate)
+    -- The first whole µs at which ahead + frac/rate + n intervals <= B
+    -- intervals: ceil of a quotient that may be negative.
+    local x = -room
+    if x >= 0 then
+      retry = ahead + cdiv(x, rate)
+    else
+      retry = ahead - fdiv(-x, rate)
+    end
   end
+
+  local reset = ahead
+  if frac > 0 then
+    reset = ahead + 1
+  end
+  if allowed == 1 and n > 0 then
+    local value = int(tat)
+    if frac > 0 then
+      value = value .. ':' .. int(frac) .. ':' .. int(rate)
+    end
+    redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+  elseif v and reset > 0 then
+    -- A denial or a look that found the key keeps it until it is full under
+    -- this call's limit (its value stays byte for byte as it was): after a
+    -- limit change the TTL a write set may end before the retry-after
+    -- reported here.
+    expire(key, reset)
+  end
+  local remaining, used = 0, ahead * rate + frac
+  if used < burst * unit then
+    remaining = fdiv(burst * unit - used, unit)
+  end
+  return {allowed, remaining, retry, reset, 0}
 end
 
-local reset = ahead
-if frac > 0 then
-  reset = ahead + 1
-end
-if allowed == 1 and n > 0 then
-  local value = int(tat)
-  if frac > 0 then
-    value = value .. ':' .. int(frac) .. ':' .. int(rate)
-  end
-  redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
-elseif v and reset > 0 then
-  -- A denial or a look that found the key keeps it until it is full under
-  -- this call's limit (its value stays byte for byte as it was): after a
-  -- limit change the TTL a write set may end before the retry-after
-  -- reported here.
-  expire(key, reset)
-end
-local remaining, used = 0, ahead * rate + frac
-if used < burst * unit then
-  remaining = fdiv(burst * unit - used, unit)
-end
-return {allowed, remaining, retry, reset, 0}
+return run(decide, 5, 5, KEYS, ARGV)

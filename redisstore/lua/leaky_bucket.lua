@@ -30,65 +30,77 @@
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty, set by every
 --     call that finds the key) as in token_bucket.lua.
-local key = KEYS[1]
-local rate = tonumber(ARGV[1])
-local unit = tonumber(ARGV[2])
-local capacity = tonumber(ARGV[3]) * unit
-local n = tonumber(ARGV[4])
-local now = clock(ARGV[5])
-local maxdelay = tonumber(ARGV[6])
+local function decide(key, argv, o, now)
+  local rate = tonumber(argv[o + 1])
+  local unit = tonumber(argv[o + 2])
+  local capacity = tonumber(argv[o + 3]) * unit
+  local n = tonumber(argv[o + 4])
+  local maxdelay = tonumber(argv[o + 6])
 
-local level, ts = 0, now
-local st = redis.call('HMGET', key, 'l', 'ts', 'u')
-if st[1] then
-  level, ts = tonumber(st[1]), tonumber(st[2])
-  local u = tonumber(st[3])
-  if not (level and ts and u) then
-    return corrupt()
+  local level, ts, same = 0, now, false
+  local st = redis.call('HMGET', key, 'l', 'ts', 'u')
+  if st[1] then
+    level, ts = tonumber(st[1]), tonumber(st[2])
+    -- u is stored as the text of ARGV[2]: while the rate is the same, the
+    -- texts are equal and u needs neither reading nor writing.
+    same = st[3] == argv[o + 2]
+    local u = unit
+    if not same then
+      u = tonumber(st[3])
+    end
+    if not (level and ts and u) then
+      return corrupt()
+    end
+    if u ~= unit then
+      -- Exactly, rounded down as the token bucket's tokens are, and clamped
+      -- to the most the bucket can hold: the capacity and what the max delay
+      -- queues (Go checked that this stays below 2^53). A level of 10^9
+      -- draining at one a day would outlast any duration.
+      level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
+    end
+    if now > ts then
+      level = math.max(0, level - (now - ts) * rate)
+      ts = now
+    end
   end
-  if u ~= unit then
-    -- Exactly, rounded down as the token bucket's tokens are, and clamped
-    -- to the most the bucket can hold: the capacity and what the max delay
-    -- queues (Go checked that this stays below 2^53). A level of 10^9
-    -- draining at one a day would outlast any duration.
-    level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
-  end
-  if now > ts then
-    level = math.max(0, level - (now - ts) * rate)
-    ts = now
-  end
-end
 
-local lag = ts - now
-local cost = n * unit
-local over = level + cost - capacity
-local allowed, retry, reset, delay = 0, 0, 0, 0
-if n == 0 or over <= 0 then
-  allowed = 1
-else
-  -- When the request could go: the lag, then the time to leak the excess.
-  local wait = lag + cdiv(over, rate)
-  if wait <= maxdelay then
+  local lag = ts - now
+  local cost = n * unit
+  local over = level + cost - capacity
+  local allowed, retry, reset, delay = 0, 0, 0, 0
+  if n == 0 or over <= 0 then
     allowed = 1
-    delay = wait
   else
-    retry = wait - maxdelay
+    -- When the request could go: the lag, then the time to leak the excess.
+    local wait = lag + cdiv(over, rate)
+    if wait <= maxdelay then
+      allowed = 1
+      delay = wait
+    else
+      retry = wait - maxdelay
+    end
   end
+  if allowed == 1 then
+    level = level + cost
+  end
+  if level > 0 then
+    reset = lag + cdiv(level, rate)
+  end
+  if allowed == 1 and n > 0 then
+    if same then
+      redis.call('HSET', key, 'l', int(level), 'ts', int(ts))
+    else
+      redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', argv[o + 2])
+    end
+    expire(key, reset)
+  elseif st[1] and reset > 0 then
+    -- A denial or a look that found the key keeps it until it is full under
+    -- this call's limit (its value stays byte for byte as it was): after a
+    -- limit change the TTL a write set may end before the retry-after
+    -- reported here.
+    expire(key, reset)
+  end
+  return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}
 end
-if allowed == 1 then
-  level = level + cost
-end
-if level > 0 then
-  reset = lag + cdiv(level, rate)
-end
-if allowed == 1 and n > 0 then
-  redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', int(unit))
-  expire(key, reset)
-elseif st[1] and reset > 0 then
-  -- A denial or a look that found the key keeps it until it is full under
-  -- this call's limit (its value stays byte for byte as it was): after a
-  -- limit change the TTL a write set may end before the retry-after
-  -- reported here.
-  expire(key, reset)
-end
-return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}
+
+return run(decide, 6, 5, KEYS, ARGV)

@@ -27,69 +27,71 @@
 --     that finds the key, a denial or a look only the TTL).
 --   * n = 0 only looks: it is always allowed, even when a lowered limit
 --     leaves the counts above it.
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local grain = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local now = clock(ARGV[5])
+local function decide(key, argv, o, now)
+  local limit = tonumber(argv[o + 1])
+  local period = tonumber(argv[o + 2])
+  local grain = tonumber(argv[o + 3])
+  local n = tonumber(argv[o + 4])
 
-local window, cur, prev = fdiv(now, period), 0, 0
-local st = redis.call('HMGET', key, 'w', 'c', 'p')
-if st[1] then
-  local w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-  if not (w and c and p) then
-    return corrupt()
-  end
-  if w >= window then
-    window, cur, prev = w, c, p
-  elseif w == window - 1 then
-    prev = c
-  end
-end
-
-local start = window * period
-local steps = period / grain
-local step = fdiv(math.max(now, start) - start, grain)
-local weighted = prev * (steps - step)
-local allowed, retry, reset = 0, 0, 0
-if n == 0 or weighted + (cur + n) * steps <= limit * steps then
-  allowed = 1
-  if n > 0 then
-    cur = cur + n
-    redis.call('HSET', key, 'w', int(window), 'c', int(cur), 'p', int(prev))
-  end
-else
-  local at = 0
-  if cur + n <= limit then
-    local k = steps - fdiv((limit - cur - n) * steps, prev)
-    if k < steps then
-      at = start + k * grain
+  local window, cur, prev = fdiv(now, period), 0, 0
+  local st = redis.call('HMGET', key, 'w', 'c', 'p')
+  if st[1] then
+    local w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+    if not (w and c and p) then
+      return corrupt()
+    end
+    if w >= window then
+      window, cur, prev = w, c, p
+    elseif w == window - 1 then
+      prev = c
     end
   end
-  if at == 0 then
-    local k = 0
-    if cur > 0 then
-      -- Below 0 when this window's count alone leaves room at the next
-      -- window's start: the request fits there.
-      k = math.max(steps - fdiv((limit - n) * steps, cur), 0)
+
+  local start = window * period
+  local steps = period / grain
+  local step = fdiv(math.max(now, start) - start, grain)
+  local weighted = prev * (steps - step)
+  local allowed, retry, reset = 0, 0, 0
+  if n == 0 or weighted + (cur + n) * steps <= limit * steps then
+    allowed = 1
+    if n > 0 then
+      cur = cur + n
+      redis.call('HSET', key, 'w', int(window), 'c', int(cur), 'p', int(prev))
     end
-    at = start + period + k * grain
+  else
+    local at = 0
+    if cur + n <= limit then
+      local k = steps - fdiv((limit - cur - n) * steps, prev)
+      if k < steps then
+        at = start + k * grain
+      end
+    end
+    if at == 0 then
+      local k = 0
+      if cur > 0 then
+        -- Below 0 when this window's count alone leaves room at the next
+        -- window's start: the request fits there.
+        k = math.max(steps - fdiv((limit - n) * steps, cur), 0)
+      end
+      at = start + period + k * grain
+    end
+    retry = at - now
   end
-  retry = at - now
+  if cur > 0 then
+    reset = start + 2 * period - now
+  elseif prev > 0 then
+    reset = start + period - now
+  end
+  if allowed == 1 and n > 0 then
+    expire(key, reset)
+  elseif st[1] and reset > 0 then
+    -- A denial or a look that found the key keeps it until it is full under
+    -- this call's limit (its value stays byte for byte as it was): after a
+    -- limit change the TTL a write set may end before the retry-after
+    -- reported here.
+    expire(key, reset)
+  end
+  return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0}
 end
-if cur > 0 then
-  reset = start + 2 * period - now
-elseif prev > 0 then
-  reset = start + period - now
-end
-if allowed == 1 and n > 0 then
-  expire(key, reset)
-elseif st[1] and reset > 0 then
-  -- A denial or a look that found the key keeps it until it is full under
-  -- this call's limit (its value stays byte for byte as it was): after a
-  -- limit change the TTL a write set may end before the retry-after
-  -- reported here.
-  expire(key, reset)
-end
-return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0}
+
+return run(decide, 5, 5, KEYS, ARGV)

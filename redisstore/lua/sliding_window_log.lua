@@ -33,87 +33,89 @@
 --     in the way leave the window. The TTL is the newest entry's time plus
 --     the period, when the whole log has expired; every call that counts an
 --     entry sets it (a denial or a look only the TTL).
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local now = clock(ARGV[4])
+local function decide(key, argv, o, now)
+  local limit = tonumber(argv[o + 1])
+  local period = tonumber(argv[o + 2])
+  local n = tonumber(argv[o + 3])
 
-local at, newest = now, nil
-local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if last[2] then
-  newest = tonumber(last[2])
-  if not newest then
-    return corrupt()
-  end
-  if newest >= now then
-    -- New entries will be numbered after this one's: it must be ours.
-    -- (Checked only here, where it matters, to keep the usual path cheap.)
-    if not string.find(last[1], '^%d+:%d+$') then
+  local at, newest = now, nil
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] then
+    newest = tonumber(last[2])
+    if not newest then
       return corrupt()
     end
-    at = newest
-  end
-end
-
--- Count the entries in (at - period, at]. Older ones are dropped only by an
--- admission, which moves the key's time to at for good: until then a clock
--- back behind at would count them again, and a call that admits nothing
--- writes nothing.
-local count = 0
-if newest and newest > at - period then
-  count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
-end
-local allowed, retry, reset = 0, 0, 0
-if n == 0 then
-  allowed = 1
-elseif count + n <= limit then
-  allowed = 1
-  if newest and newest <= at - period then
-    -- The whole log has left the window: UNLINK frees it off Redis's main
-    -- thread, where removing entry by entry would cost as much as adding.
-    redis.call('UNLINK', key)
-    newest = nil
-  elseif newest then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
-  end
-  local stamp = int(at)
-  local seq = 0
-  if newest == at then
-    seq = redis.call('ZCOUNT', key, stamp, stamp)
-  end
-  -- ZADD in chunks of up to 500 members: one call per unit would cost
-  -- several times more, and unpack must stay well below Lua's C stack
-  -- limit (8,000 values). The sequence stays below MaxLogRate, so the
-  -- default number-to-string conversion prints it exactly.
-  local prefix, args, k = stamp .. ':', {}, 0
-  for i = seq, seq + n - 1 do
-    args[k + 1] = stamp
-    args[k + 2] = prefix .. i
-    k = k + 2
-    if k == 1000 or i == seq + n - 1 then
-      redis.call('ZADD', key, unpack(args, 1, k))
-      k = 0
+    if newest >= now then
+      -- New entries will be numbered after this one's: it must be ours.
+      -- (Checked only here, where it matters, to keep the usual path cheap.)
+      if not string.find(last[1], '^%d+:%d+$') then
+        return corrupt()
+      end
+      at = newest
     end
   end
-  count = count + n
-  newest = at
-else
-  -- The oldest count + n - limit entries in the window stand in the way.
-  local e = redis.call('ZRANGEBYSCORE', key, '(' .. int(at - period), '+inf', 'WITHSCORES', 'LIMIT', count + n - limit - 1, 1)
-  retry = tonumber(e[2]) + period - now
+
+  -- Count the entries in (at - period, at]. Older ones are dropped only by an
+  -- admission, which moves the key's time to at for good: until then a clock
+  -- back behind at would count them again, and a call that admits nothing
+  -- writes nothing.
+  local count = 0
+  if newest and newest > at - period then
+    count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
+  end
+  local allowed, retry, reset = 0, 0, 0
+  if n == 0 then
+    allowed = 1
+  elseif count + n <= limit then
+    allowed = 1
+    if newest and newest <= at - period then
+      -- The whole log has left the window: UNLINK frees it off Redis's main
+      -- thread, where removing entry by entry would cost as much as adding.
+      redis.call('UNLINK', key)
+      newest = nil
+    elseif newest then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
+    end
+    local stamp = int(at)
+    local seq = 0
+    if newest == at then
+      seq = redis.call('ZCOUNT', key, stamp, stamp)
+    end
+    -- ZADD in chunks of up to 500 members: one call per unit would cost
+    -- several times more, and unpack must stay well below Lua's C stack
+    -- limit (8,000 values). The sequence stays below MaxLogRate, so the
+    -- default number-to-string conversion prints it exactly.
+    local prefix, args, k = stamp .. ':', {}, 0
+    for i = seq, seq + n - 1 do
+      args[k + 1] = stamp
+      args[k + 2] = prefix .. i
+      k = k + 2
+      if k == 1000 or i == seq + n - 1 then
+        redis.call('ZADD', key, unpack(args, 1, k))
+        k = 0
+      end
+    end
+    count = count + n
+    newest = at
+  else
+    -- The oldest count + n - limit entries in the window stand in the way.
+    local e = redis.call('ZRANGEBYSCORE', key, '(' .. int(at - period), '+inf', 'WITHSCORES', 'LIMIT', count + n - limit - 1, 1)
+    retry = tonumber(e[2]) + period - now
+  end
+  if count > 0 then
+    reset = newest + period - now
+  end
+  if allowed == 1 and n > 0 then
+    expire(key, reset)
+  elseif newest and reset > 0 then
+    -- A denial or a look that found the key keeps it until it is full under
+    -- this call's limit (its value stays byte for byte as it was): after a
+    -- limit change the TTL a write set may end before the retry-after
+    -- reported here.
+    expire(key, reset)
+  end
+  -- A lowered limit can leave more entries than it: nothing remains, not less.
+  return {allowed, math.max(limit - count, 0), retry, reset, 0}
 end
-if count > 0 then
-  reset = newest + period - now
-end
-if allowed == 1 and n > 0 then
-  expire(key, reset)
-elseif newest and reset > 0 then
-  -- A denial or a look that found the key keeps it until it is full under
-  -- this call's limit (its value stays byte for byte as it was): after a
-  -- limit change the TTL a write set may end before the retry-after
-  -- reported here.
-  expire(key, reset)
-end
--- A lowered limit can leave more entries than it: nothing remains, not less.
-return {allowed, math.max(limit - count, 0), retry, reset, 0}
+
+return run(decide, 4, 4, KEYS, ARGV)

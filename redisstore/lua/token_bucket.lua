@@ -33,52 +33,64 @@
 --     capacity, and rounding never moves a double across a value it can
 --     hold exactly — so the minimum is exact. One ceil-division per
 --     decision fewer than comparing elapsed with the time to fill.
-local key = KEYS[1]
-local rate = tonumber(ARGV[1])
-local unit = tonumber(ARGV[2])
-local capacity = tonumber(ARGV[3]) * unit
-local n = tonumber(ARGV[4])
-local now = clock(ARGV[5])
+local function decide(key, argv, o, now)
+  local rate = tonumber(argv[o + 1])
+  local unit = tonumber(argv[o + 2])
+  local capacity = tonumber(argv[o + 3]) * unit
+  local n = tonumber(argv[o + 4])
 
-local tokens, ts = capacity, now
-local st = redis.call('HMGET', key, 't', 'ts', 'u')
-if st[1] then
-  tokens, ts = tonumber(st[1]), tonumber(st[2])
-  local u = tonumber(st[3])
-  if not (tokens and ts and u) then
-    return corrupt()
+  local tokens, ts, same = capacity, now, false
+  local st = redis.call('HMGET', key, 't', 'ts', 'u')
+  if st[1] then
+    tokens, ts = tonumber(st[1]), tonumber(st[2])
+    -- u is stored as the text of ARGV[2]: while the rate is the same, the
+    -- texts are equal and u needs neither reading nor writing.
+    same = st[3] == argv[o + 2]
+    local u = unit
+    if not same then
+      u = tonumber(st[3])
+    end
+    if not (tokens and ts and u) then
+      return corrupt()
+    end
+    if u ~= unit then
+      tokens = muldiv(tokens, unit, u, capacity)
+    end
+    if now > ts then
+      tokens = tokens + (now - ts) * rate
+      ts = now
+    end
+    tokens = math.min(tokens, capacity)
   end
-  if u ~= unit then
-    tokens = muldiv(tokens, unit, u, capacity)
+
+  local lag = ts - now -- > 0 only when the clock went backwards
+  local cost = n * unit
+  local allowed, retry, reset = 0, 0, 0
+  if tokens >= cost then
+    allowed = 1
+    tokens = tokens - cost
   end
-  if now > ts then
-    tokens = tokens + (now - ts) * rate
-    ts = now
+  if tokens < capacity then
+    reset = lag + cdiv(capacity - tokens, rate)
   end
-  tokens = math.min(tokens, capacity)
+  if allowed == 0 then
+    retry = lag + cdiv(cost - tokens, rate)
+  end
+  if allowed == 1 and n > 0 then
+    if same then
+      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts))
+    else
+      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', argv[o + 2])
+    end
+    expire(key, reset)
+  elseif st[1] and reset > 0 then
+    -- A denial or a look that found the key keeps it until it is full under
+    -- this call's limit (its value stays byte for byte as it was): after a
+    -- limit change the TTL a write set may end before the retry-after
+    -- reported here.
+    expire(key, reset)
+  end
+  return {allowed, fdiv(tokens, unit), retry, reset, 0}
 end
 
-local lag = ts - now -- > 0 only when the clock went backwards
-local cost = n * unit
-local allowed, retry, reset = 0, 0, 0
-if tokens >= cost then
-  allowed = 1
-  tokens = tokens - cost
-end
-if tokens < capacity then
-  reset = lag + cdiv(capacity - tokens, rate)
-end
-if allowed == 0 then
-  retry = lag + cdiv(cost - tokens, rate)
-end
-if allowed == 1 and n > 0 then
-  redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', int(unit))
-  expire(key, reset)
-elseif st[1] and reset > 0 then
-  -- A denial or a look that found the key keeps it until it is full under
-  -- this call's limit (its value stays byte for byte as it was): after a
-  -- limit change the TTL a write set may end before the retry-after
-  -- reported here.
-  expire(key, reset)
-end
-return {allowed, fdiv(tokens, unit), retry, reset, 0}
+return run(decide, 5, 5, KEYS, ARGV)

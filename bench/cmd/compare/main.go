@@ -175,8 +175,8 @@ func measureRedis(ctx context.Context, srv *redisproc.Server, admin *redis.Clien
 }
 
 // commandTime is the time the server has spent running scripts, from INFO
-// commandstats: the usec of EVALSHA and EVAL (every Redis-backed row here
-// decides in a script; the script's inner calls are inside that time, and
+// commandstats: the usec of EVALSHA, EVAL and FCALL (every Redis-backed row
+// here decides in a script or a function; their inner calls are inside that time, and
 // are also listed on their own, so they are not added). It leaves out what
 // the server spends reading and writing the network, which the /proc CPU
 // time includes.
@@ -191,7 +191,7 @@ func commandTime(ctx context.Context, rdb *redis.Client) (time.Duration, error) 
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_fcall" {
 			continue
 		}
 		for _, kv := range strings.Split(rest, ",") {

@@ -77,6 +77,20 @@ func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 			return storeOp(s, tollgateLimit(a)), err
 		}, note: fmt.Sprintf("WithPipeline(%v, %d)", pipeWindow, pipeBatch)})
 	}
+	// Without Load the store runs scripts (EVALSHA) instead of the function
+	// library (FCALL): what the library saves, in the same run.
+	rows = append(rows, row{name: "tollgate redisstore token_bucket, scripts", build: func(rdb *redis.Client) (op, error) {
+		s := redisstore.New(rdb)
+		return storeOp(s, tollgateLimit(tollgate.TokenBucket)), redis.NewScript(redisstore.Source(tollgate.TokenBucket)).Load(context.Background(), rdb).Err()
+	}, note: "EVALSHA: no function library"})
+	// Pipelined with every decision its own script call, as before
+	// WithPipeline batched: what batching adds, in the same run.
+	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
+		rows = append(rows, row{name: "tollgate redisstore " + a.String() + ", pipelined, unbatched", build: func(rdb *redis.Client) (op, error) {
+			s := redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch), redisstore.WithBatching(false))
+			return storeOp(s, tollgateLimit(a)), s.Load(context.Background())
+		}, note: fmt.Sprintf("WithPipeline(%v, %d), WithBatching(false)", pipeWindow, pipeBatch)})
+	}
 	rows = append(rows,
 		row{name: "tollgate tiered over redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
 			s, err := plain(rdb)

@@ -1,0 +1,111 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Redis 7 can keep Lua code as a function library (FUNCTION LOAD) whose
+// functions are called with FCALL. The library holds the same code as the
+// scripts — lib.lua once, then each algorithm's file — so a function
+// decides exactly as its script does. What differs is what a call costs:
+// a script builds lib.lua's helpers and its decide function afresh on
+// every call, a library once when it is loaded: 5,000 to 9,000
+// instructions a decision less, by algorithm (bench/luacost.sh).
+//
+// The store calls functions only after Load has loaded the library on
+// every server the client talks to (every master of a Cluster); until
+// then, on Redis 6.2 (which has no functions), and on clients whose
+// servers it cannot enumerate, it runs the scripts. A server that answers
+// that it lacks the function (a restart that lost it, say) gets the script
+// instead, and the store goes back to scripts until the next Load.
+
+var (
+	// library is the source of the function library; libName its name,
+	// which carries a hash of the source so that two versions of the store
+	// can share a server; fnNames the function of each algorithm.
+	library string
+	libName string
+	fnNames [len(keyNames)]string
+)
+
+// runCall is the last line of each algorithm's file, which a script runs
+// and a function turns into its body.
+var runCall = regexp.MustCompile(`(?m)^return (run\(decide, \d+, \d+), KEYS, ARGV\)\s*$`)
+
+func initLibrary(lib string, bodies [len(keyNames)]string) {
+	h := sha1.New()
+	h.Write([]byte(lib))
+	for _, b := range bodies {
+		h.Write([]byte(b))
+	}
+	libName = "tollgate_" + hex.EncodeToString(h.Sum(nil))[:16]
+	var b strings.Builder
+	b.WriteString("#!lua name=" + libName + "\n")
+	b.WriteString(lib)
+	for _, a := range tollgate.Algorithms() {
+		fnNames[a] = libName + "_" + keyNames[a]
+		body := bodies[a]
+		m := runCall.FindStringSubmatchIndex(body)
+		if m == nil {
+			panic("redisstore: lua/" + a.String() + ".lua does not end with return run(...)") // embedded: cannot happen
+		}
+		// Each algorithm in a block of its own: their decide functions do
+		// not see each other.
+		b.WriteString("\ndo\n")
+		b.WriteString(body[:m[0]])
+		fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", fnNames[a], body[m[2]:m[3]])
+		b.WriteString("end\n")
+	}
+	library = b.String()
+}
+
+// Library returns the source of the Redis 7 function library Load loads:
+// lua/lib.lua once, then each algorithm's file, each registering its
+// function.
+func Library() string { return library }
+
+// loadLibrary loads the function library on every server the client
+// talks to and reports whether the store can call it: false, with no
+// error, on servers without functions (Redis 6.2) and on clients whose
+// servers it cannot enumerate.
+func (s *Store) loadLibrary(ctx context.Context) (bool, error) {
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, library).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil // its name holds its hash: the same library
+		}
+		return err
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.Client:
+		err = load(ctx, c)
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	default:
+		return false, nil
+	}
+	if err != nil && isUnknownCommand(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func isUnknownCommand(err error) bool {
+	return redis.HasErrorPrefix(err, "unknown command")
+}
+
+// isMissingFunction reports whether err is a server's answer that it has no
+// such function, or no functions at all.
+func isMissingFunction(err error) bool {
+	return redis.HasErrorPrefix(err, "Function not found") || isUnknownCommand(err)
+}
