@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -226,8 +225,8 @@ func TestBatchServerTime(t *testing.T) {
 }
 
 // TestBatchGroups counts the script calls of one pipeline of decisions:
-// one an algorithm on a single server, one an algorithm and slot on a
-// Cluster, one a decision without batching; and after SCRIPT FLUSH the
+// one an algorithm on a single server, one a decision on a Cluster and
+// without batching; and after SCRIPT FLUSH the
 // batches fall back to EVAL with the same replies. (Not parallel: it
 // flushes the scripts of servers other tests count commands on.)
 func TestBatchGroups(t *testing.T) {
@@ -238,7 +237,7 @@ func TestBatchGroups(t *testing.T) {
 		want    int64
 	}{
 		{"standalone", standalone, true, 2},
-		{"cluster", clustered, true, 4},
+		{"cluster", clustered, true, 12}, // a decision each: see WithBatching
 		{"unbatched", standalone, false, 12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -254,9 +253,6 @@ func TestBatchGroups(t *testing.T) {
 			// Two hash tags, two algorithms, three keys in each of the four
 			// pairs.
 			tags := []string{key(t), key(t)}
-			for redisstore.Slot("{"+tags[0]+"}") == redisstore.Slot("{"+tags[1]+"}") {
-				tags[1] = key(t)
-			}
 			var calls []redisstore.BatchCall
 			for i := range 12 {
 				alg := []tollgate.Algorithm{tollgate.TokenBucket, tollgate.FixedWindow}[i%2]
@@ -292,19 +288,4 @@ func btoi(b bool) int64 {
 		return 1
 	}
 	return 0
-}
-
-// TestSlot compares the store's hash slots with the Cluster's.
-func TestSlot(t *testing.T) {
-	t.Parallel()
-	rdb := cluster.Client(t)
-	for _, k := range []string{"", "a", "user:42", "{user}:1", "x{user}y", "{}", "{}{a}", "a{", "a}b{c}", "{a}}", "ключ", "tollgate:{1.2.3.4}:tb:1000000"} {
-		want, err := rdb.ClusterKeySlot(context.Background(), k).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			t.Fatal(err)
-		}
-		if got := redisstore.Slot(k); int64(got) != want {
-			t.Errorf("slot(%q) = %d, want %d", k, got, want)
-		}
-	}
 }

@@ -37,6 +37,3 @@ func ExecBatch(s *Store, calls []BatchCall) {
 		calls[i].Res, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
 	}
 }
-
-// Slot is slot, for tests.
-var Slot = slot

@@ -22,9 +22,9 @@ import (
 // arrived during the last one, and window only bounds the wait behind a
 // slow round trip.
 //
-// A pipeline's decisions of one algorithm whose keys share a Redis Cluster
-// hash slot — on a single server, all of them — go as one script call that
-// decides them in order (see WithBatching, which can turn this off). Each
+// On a single server, a pipeline's decisions of one algorithm go as one
+// script call that decides them in order (see WithBatching, which can turn
+// this off, and says why a Cluster's do not). Each
 // decision is still atomic, as the whole script is, and gets its own reply
 // or its own error: the same reply as without pipelining, so pipelining
 // changes how many round trips and script calls the decisions take, never
@@ -70,7 +70,7 @@ func WithPipeline(window time.Duration, maxBatch int) Option {
 // WithBatching(false) makes every decision WithPipeline gathers its own
 // script call (EVALSHA) in the pipeline, as before batching existed;
 // WithBatching(true), the default, sends a pipeline's decisions of one
-// algorithm and one hash slot as one script call. Without WithPipeline it
+// algorithm as one script call. Without WithPipeline it
 // changes nothing.
 //
 // Why batching is the default: a script call costs Redis more than most
@@ -81,10 +81,13 @@ func WithPipeline(window time.Duration, maxBatch int) Option {
 // pipeline unbatched, batches took 17% to 37% less of the server's CPU a
 // decision and never gave fewer decisions a second (bench/RESULTS.md).
 //
-// Batching needs every key of a script call on one server: it applies to a
-// *redis.Client (a single server or Sentinel failover) and a
-// *redis.ClusterClient (grouped by slot); on any other client, such as a
-// *redis.Ring, every decision is its own call.
+// Batching applies to a *redis.Client (a single server, or Sentinel
+// failover). On a Cluster every decision stays its own call: a script call
+// of several keys in one slot is answered TRYAGAIN while that slot
+// migrates, and go-redis v9.23's pipeline retry of it writes one command
+// from two goroutines at once (the race detector shows it in every run of
+// internal/faulttest's resharding test with Cluster batches). The same
+// holds for any other client, such as a *redis.Ring.
 func WithBatching(on bool) Option {
 	return func(s *Store) { s.noBatch = !on }
 }
@@ -106,10 +109,8 @@ type pipeliner struct {
 	client redis.UniversalClient
 	window time.Duration
 	max    int
-	// batching sends each group of calls (see group) as one script call;
-	// cluster groups them by hash slot too.
+	// batching sends each group of calls (see group) as one script call.
 	batching bool
-	cluster  bool
 	// fn is the store's: whether to call functions instead of scripts.
 	fn *atomic.Bool
 
@@ -285,11 +286,9 @@ func (p *pipeliner) exec(b *batch) {
 
 // group splits calls into the groups that go to Redis as one script call
 // each, as lists of indexes into calls in the order of the calls. With
-// batching off, or a client that may send a script's keys to more than one
-// server (anything but a *redis.Client or a *redis.ClusterClient), every
-// call is a group of its own. Otherwise calls of one algorithm go together
-// — all of them on a single server, those whose keys share a hash slot on
-// a Cluster, where a script's keys must all be in one slot.
+// batching off (and on any client but a *redis.Client: see WithBatching),
+// every call is a group of its own; otherwise the calls of one algorithm go
+// together.
 func (p *pipeliner) group(calls []call) [][]int {
 	groups := make([][]int, 0, min(len(calls), 8))
 	if !p.batching {
@@ -298,17 +297,10 @@ func (p *pipeliner) group(calls []call) [][]int {
 		}
 		return groups
 	}
-	type head struct {
-		alg  tollgate.Algorithm
-		slot int
-	}
-	heads := make([]head, 0, cap(groups))
+	heads := make([]tollgate.Algorithm, 0, cap(groups))
 next:
 	for i := range calls {
-		h := head{alg: calls[i].alg}
-		if p.cluster {
-			h.slot = slot(calls[i].key)
-		}
+		h := calls[i].alg
 		for j := range heads {
 			if heads[j] == h {
 				groups[j] = append(groups[j], i)

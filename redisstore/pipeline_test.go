@@ -50,7 +50,6 @@ func TestPipelineConcurrent(t *testing.T) {
 		batched bool
 	}{
 		{"standalone", standalone, true},
-		{"cluster", clustered, true},
 		{"standalone unbatched", standalone, false},
 		{"cluster unbatched", clustered, false},
 	} {

@@ -9,8 +9,8 @@
 // algorithms run in memorystore with identical results. On Redis 7, Load
 // also loads them as one function library, which decisions then call
 // (FCALL) for less of the server's time; and WithPipeline sends a
-// pipeline's decisions of one algorithm and hash slot as one call that
-// decides them in order, each atomically, each with its own reply.
+// pipeline's decisions of one algorithm, on a single server, as one call
+// that decides them in order, each atomically, each with its own reply.
 //
 // Time comes from the Redis server (TIME) unless WithClock says otherwise,
 // so application clocks do not matter. Every key gets a TTL in the same
@@ -131,11 +131,8 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	if s.pipe != nil {
 		s.pipe.client = client
 		s.pipe.fn = &s.fn
-		switch client.(type) {
-		case *redis.Client:
-			s.pipe.batching = !s.noBatch
-		case *redis.ClusterClient:
-			s.pipe.batching, s.pipe.cluster = !s.noBatch, true
+		if _, ok := client.(*redis.Client); ok {
+			s.pipe.batching = !s.noBatch // see WithBatching
 		}
 	}
 	return s
