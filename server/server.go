@@ -328,47 +328,62 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 //
 // Its steps: check the request, match each descriptor to a rule (match),
 // answer each descriptor (answerAll), and add the answers up into the
-// overall code and header fields (tally).
+// overall code and header fields (sumUp).
 //
 // It is the service's hot path, written to allocate little: a request's
-// items, answers and header decisions live on the stack up to eight
+// items, answers and header decisions live on the stack up to a few
 // descriptors, and a response to one descriptor (the usual request) is
-// made in one allocation (newParts).
+// made in one allocation (newParts). The stack is kept small on the way to
+// the store too, where it is deepest: gRPC runs a request on a fresh
+// goroutine whenever its stream workers are busy, and every kilobyte more
+// there is a stack to grow and copy.
 func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitRequest, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
 	if err := s.check(api, req); err != nil {
 		return nil, nil, err
 	}
 	sn := s.snap.Load()
-	descs := req.GetDescriptors()
-	var stack [8]item
+	var stack [4]item
 	items := stack[:0]
-	if len(descs) > len(stack) {
-		items = make([]item, 0, len(descs))
+	if n := len(req.GetDescriptors()); n > len(stack) {
+		items = make([]item, 0, n)
 	}
 	items = s.match(sn, req, items)
 	if err := s.checkItems(api, req, items); err != nil {
 		return nil, nil, err
 	}
+	return s.answerAll(ctx, api, req, items, inResponse)
+}
 
-	p := newParts(len(descs))
-	var astack [8]answered
+// answerAll answers the descriptors of req, matched to items, and adds
+// the answers up (sumUp). With WithParallelDescriptors, when two
+// descriptors or more need the store, their store calls are made at once.
+func (s *Server) answerAll(ctx context.Context, api int, req *pb.RateLimitRequest, items []item, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+	n := len(items)
+	p := newParts(n)
+	var astack [4]answered
 	answers := astack[:0]
-	if len(descs) > len(astack) {
-		answers = make([]answered, 0, len(descs))
+	if n > len(astack) {
+		answers = make([]answered, 0, n)
 	}
-	answers = answers[:len(descs)]
+	answers = answers[:n]
 	if s.parallel && storeCalls(items) >= 2 {
 		// The goroutines need the items and answers on the heap; only
 		// here, so that the other requests keep them on the stack.
-		hi, ha := append([]item(nil), items...), make([]answered, len(descs))
+		hi, ha := append([]item(nil), items...), make([]answered, n)
 		s.answerTogether(ctx, req, hi, p.statuses, p.resets, ha)
 		copy(answers, ha)
 	} else {
 		s.answerInTurn(ctx, req, items, &p, answers)
 	}
-	var hstack [8]headers.Decision
+	return s.sumUp(ctx, api, req, items, answers, &p, inResponse)
+}
+
+// sumUp counts the answers of req's descriptors and adds them up into the
+// response's overall code and the header fields.
+func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, items []item, answers []answered, p *parts, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+	var hstack [4]headers.Decision
 	t := tally{overall: pb.RateLimitResponse_OK, hds: hstack[:0]}
-	for i, d := range descs {
+	for i, d := range req.GetDescriptors() {
 		a, it := &answers[i], &items[i]
 		if !a.decided {
 			continue
@@ -387,7 +402,7 @@ func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitReques
 		resp.DynamicMetadata = requestMetadata(req)
 	}
 	if inResponse {
-		s.addHeaders(&p, t.hds, resp.OverallCode)
+		s.addHeaders(p, t.hds, resp.OverallCode)
 		return resp, nil, nil
 	}
 	return resp, s.header(t.hds, resp.OverallCode), nil
@@ -693,11 +708,11 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 // (and reset, its duration_until_reset) from its result.
 func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
 	r := it.rule
-	p := &ruleset.Point{}
+	var p *ruleset.Point
 	if it.state != nil {
 		p = &it.state.point
 	} else {
-		*p = s.point(r)
+		p = s.overridePoint(r)
 	}
 	key := counterKey(domain, entries, r)
 	step := q.Spend(p, "", key, r.Limit, cost(hits, r.Cost))
@@ -740,6 +755,17 @@ func (s *Server) point(r *config.Rule) ruleset.Point {
 	}
 	return ruleset.Point{Rule: r.ID, Mode: mode, DryRun: r.ShadowMode,
 		Latency: s.m.storeDuration, Errors: s.m.storeErrors[1], Timeouts: s.m.storeErrors[0], Skipped: s.m.storeSkipped}
+}
+
+// overridePoint is s.point(r) for a descriptor's own limit, which has no
+// rule state to keep it in. It is made on the heap, not in spend's frame:
+// spend is on the way to the store, where the stack is deepest, and
+// override limits are rare.
+//
+//go:noinline
+func (s *Server) overridePoint(r *config.Rule) *ruleset.Point {
+	p := s.point(r)
+	return &p
 }
 
 func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o outcome) {
