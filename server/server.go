@@ -691,9 +691,9 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 	if n > cap(p.hdrs) {
 		p.hdrs, p.hdrPtrs = make([]core.HeaderValue, 0, n), make([]*core.HeaderValue, 0, n)
 	}
-	for _, f := range s.wire {
-		if v := h[f.key]; len(v) > 0 {
-			p.hdrs = append(p.hdrs, core.HeaderValue{Key: f.wire, Value: v[0]})
+	for i := 0; i < len(s.wire) && len(p.hdrs) < n; i++ { // the draft's fields come first: two lookups
+		if v := h[s.wire[i].key]; len(v) > 0 {
+			p.hdrs = append(p.hdrs, core.HeaderValue{Key: s.wire[i].wire, Value: v[0]})
 			p.hdrPtrs = append(p.hdrPtrs, &p.hdrs[len(p.hdrs)-1])
 		}
 	}

@@ -22,7 +22,7 @@
 # (10000), APIS (grpc json), MEMORY=0 to leave out the memory store,
 # TOLLGATE_BASE=/path/to/tollgate to run a second tollgate binary on Redis
 # beside this tree's (a build of an earlier commit: before and after in one
-# run), PROFILE=file.pprof to take a CPU profile of tollgate on Redis under
+# run) under the label BASE_LABEL (tollgate-base), PROFILE=file.pprof to take a CPU profile of tollgate on Redis under
 # gRPC load in the last round, RESULTS=file to keep the raw lines (TSV).
 #
 # envoyproxy/ratelimit is not part of this repository: build it yourself from
@@ -38,6 +38,7 @@ CONNS=${CONNS:-4}
 VALUES=${VALUES:-10000}
 APIS=${APIS:-grpc json}
 MEMORY=${MEMORY:-1}
+BASE_LABEL=${BASE_LABEL:-tollgate-base}
 work=$(mktemp -d)
 tsv=${RESULTS:-$work/results.tsv}
 : >"$tsv"
@@ -119,7 +120,7 @@ run_service() { # name round
   case $1 in
     memory) run_tollgate "tollgate memory" "$work/tollgate" 0 ;;
     redis) run_tollgate "tollgate redis" "$work/tollgate" "$profile" --redis "redis://127.0.0.1:$rport" ;;
-    base) run_tollgate "tollgate-base redis" "$TOLLGATE_BASE" 0 --redis "redis://127.0.0.1:$rport" ;;
+    base) run_tollgate "$BASE_LABEL redis" "$TOLLGATE_BASE" 0 --redis "redis://127.0.0.1:$rport" ;;
     envoy) run_envoy ;;
   esac
 }
@@ -133,7 +134,7 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 
-python3 - "$tsv" <<'EOF'
+python3 - "$tsv" "$BASE_LABEL redis" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 
@@ -166,5 +167,6 @@ def compare(a, b):
 
 print()
 compare("tollgate redis", "envoyproxy/ratelimit redis")
-compare("tollgate redis", "tollgate-base redis")
+compare("tollgate redis", sys.argv[2])
+compare(sys.argv[2], "envoyproxy/ratelimit redis")
 EOF
