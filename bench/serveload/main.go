@@ -105,6 +105,7 @@ type result struct {
 	p999       time.Duration
 	cpu        time.Duration // the service's, during the measured run
 	cpuKnown   bool
+	own        time.Duration // the load generator's CPU during the run
 	firstError string
 }
 
@@ -119,6 +120,11 @@ func (r result) print(mode string, o options) {
 		o.inflight, o.values, r.overLimit, r.errors)
 	if r.cpuKnown && r.decisions > 0 {
 		fmt.Printf("; service CPU %.1f µs/decision", float64(r.cpu.Microseconds())/float64(r.decisions))
+	}
+	if r.own > 0 && r.decisions > 0 {
+		// What the service's rivals for the same cores spend: the load
+		// generator's share bounds the ratio of two services' decisions/s.
+		fmt.Printf("; load generator CPU %.1f µs/decision", float64(r.own.Microseconds())/float64(r.decisions))
 	}
 	fmt.Println()
 	if r.firstError != "" {
@@ -260,11 +266,15 @@ func runGRPC(addr string, o options) (result, error) {
 	if o.pid > 0 {
 		cpu0, cpuErr = cpuTime(o.pid)
 	}
+	own0, ownErr := cpuTime(os.Getpid())
 	start := time.Now()
 	measuring.Store(true)
 	time.Sleep(o.duration)
 	measuring.Store(false)
 	res.elapsed = time.Since(start)
+	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
+		res.own = own1 - own0
+	}
 	if o.pid > 0 && cpuErr == nil {
 		if cpu1, err := cpuTime(o.pid); err == nil {
 			res.cpu, res.cpuKnown = cpu1-cpu0, true
@@ -312,11 +322,15 @@ func runJSON(url string, o options) (result, error) {
 	if o.pid > 0 {
 		cpu0, cpuErr = cpuTime(o.pid)
 	}
+	own0, ownErr := cpuTime(os.Getpid())
 	start := time.Now()
 	attack(o.duration, &m)
 	elapsed := time.Since(start)
 	m.Close()
 	res := result{decisions: int(m.Requests), elapsed: elapsed, p50: m.Latencies.P50, p99: m.Latencies.P99, p999: m.Latencies.Quantile(0.999)}
+	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
+		res.own = own1 - own0
+	}
 	if o.pid > 0 && cpuErr == nil {
 		if cpu1, err := cpuTime(o.pid); err == nil {
 			res.cpu, res.cpuKnown = cpu1-cpu0, true
