@@ -53,9 +53,10 @@ type Server struct {
 	compat         bool
 	quotaMode      bool
 	metadata       bool
-	headerNames    map[string]string // header field → name it is sent as
-	loadOpts       []config.Option   // how Reload loads rules
-	parallel       bool              // a request's store calls at once
+	headerNames    map[string]string           // header field → name it is sent as
+	loadOpts       []config.Option             // how Reload loads rules
+	parallel       bool                        // a request's store calls at once
+	wire           [len(headerOrder)]wireField // response_headers_to_add: fields and names
 
 	// bounds on one request (see limits.go)
 	maxDescriptors, maxEntries, maxHits, maxBytes int
@@ -185,6 +186,7 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	if err := s.checkEnvoyOptions(); err != nil {
 		return nil, err
 	}
+	s.wire = s.wireFields()
 	m, err := newMetrics(s.reg)
 	if err != nil {
 		return nil, err
@@ -258,26 +260,14 @@ func (s *Server) Reload(path string) error {
 
 // ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	resp, h, err := s.decide(ctx, apiGRPC, req)
-	if err != nil {
-		return nil, err
-	}
-	if len(h) > 0 {
-		resp.ResponseHeadersToAdd = make([]*core.HeaderValue, 0, len(h))
-		for _, name := range headerOrder {
-			key, wire := s.headerName(name)
-			if v := h[key]; len(v) > 0 {
-				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &core.HeaderValue{Key: wire, Value: v[0]})
-			}
-		}
-	}
-	return resp, nil
+	resp, _, err := s.decideFor(ctx, apiGRPC, req, true)
+	return resp, err
 }
 
 // headerOrder is the order of the fields in response_headers_to_add, and
 // wireName how they are spelled there (Envoy sends them as given).
 var (
-	headerOrder = []string{headers.PolicyField, headers.LimitField, headers.OldLimitField, headers.OldRemainingField,
+	headerOrder = [...]string{headers.PolicyField, headers.LimitField, headers.OldLimitField, headers.OldRemainingField,
 		headers.OldResetField, headers.XLimitField, headers.XRemainingField, headers.XResetField, headers.RetryAfterField}
 	wireName = map[string]string{
 		headers.PolicyField: "RateLimit-Policy", headers.LimitField: "RateLimit",
@@ -286,6 +276,20 @@ var (
 		headers.RetryAfterField: "Retry-After",
 	}
 )
+
+// wireField is one field of response_headers_to_add: its key in the
+// server's header map and the name it is sent as.
+type wireField struct{ key, wire string }
+
+// wireFields is headerOrder as the server sends it, its renamed fields
+// (WithHeaderNames) included: worked out once, in New.
+func (s *Server) wireFields() [len(headerOrder)]wireField {
+	var fs [len(headerOrder)]wireField
+	for i, name := range headerOrder {
+		fs[i].key, fs[i].wire = s.headerName(name)
+	}
+	return fs
+}
 
 // invalid counts and returns the error of an invalid request:
 // InvalidArgument, as envoyproxy/ratelimit refuses a request without a
@@ -314,16 +318,31 @@ type item struct {
 // response it returns the rate-limit header fields of the answer (nil when
 // there are none): every descriptor the store decided, as a policy named
 // after its rule.
+func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
+	return s.decideFor(ctx, api, req, false)
+}
+
+// decideFor is decide for either kind of caller: with inResponse, the
+// header fields go into the response's response_headers_to_add (gRPC)
+// and no header is returned; without, they are returned.
 //
 // Its steps: check the request, match each descriptor to a rule (match),
-// answer each descriptor (answer), and add the answers up into the
-// overall code and header fields (tally).
-func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
+// answer each descriptor (answerAll), and add the answers up into the
+// overall code and header fields (sumUp).
+//
+// It is the service's hot path, written to allocate little: a request's
+// items, answers and header decisions live on the stack up to a few
+// descriptors, and a response to one descriptor (the usual request) is
+// made in one allocation (newParts). The stack is kept small on the way to
+// the store too, where it is deepest: gRPC runs a request on a fresh
+// goroutine whenever its stream workers are busy, and every kilobyte more
+// there is a stack to grow and copy.
+func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitRequest, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
 	if err := s.check(api, req); err != nil {
 		return nil, nil, err
 	}
 	sn := s.snap.Load()
-	var stack [8]item
+	var stack [4]item
 	items := stack[:0]
 	if n := len(req.GetDescriptors()); n > len(stack) {
 		items = make([]item, 0, n)
@@ -332,40 +351,59 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 	if err := s.checkItems(api, req, items); err != nil {
 		return nil, nil, err
 	}
+	return s.answerAll(ctx, api, req, items, inResponse)
+}
 
-	q := s.engine.Begin(ctx)
-	defer q.End()
-	descs := req.GetDescriptors()
-	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(descs))}
-	statuses := make([]pb.RateLimitResponse_DescriptorStatus, len(descs))
-	for i := range descs {
-		resp.Statuses[i] = &statuses[i]
-	}
-	var astack [8]answered
+// answerAll answers the descriptors of req, matched to items, and adds
+// the answers up (sumUp). With WithParallelDescriptors, when two
+// descriptors or more need the store, their store calls are made at once.
+func (s *Server) answerAll(ctx context.Context, api int, req *pb.RateLimitRequest, items []item, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+	n := len(items)
+	p := newParts(n)
+	var astack [4]answered
 	answers := astack[:0]
-	if len(descs) > len(astack) {
-		answers = make([]answered, 0, len(descs))
+	if n > len(astack) {
+		answers = make([]answered, 0, n)
 	}
-	answers = answers[:len(descs)]
-	s.answerAll(&q, req, items, statuses, answers)
-	var hstack [8]headers.Decision
+	answers = answers[:n]
+	if s.parallel && storeCalls(items) >= 2 {
+		// The goroutines need the items and answers on the heap; only
+		// here, so that the other requests keep them on the stack.
+		hi, ha := append([]item(nil), items...), make([]answered, n)
+		s.answerTogether(ctx, req, hi, p.statuses, p.resets, ha)
+		copy(answers, ha)
+	} else {
+		s.answerInTurn(ctx, req, items, &p, answers)
+	}
+	return s.sumUp(ctx, api, req, items, answers, &p, inResponse)
+}
+
+// sumUp counts the answers of req's descriptors and adds them up into the
+// response's overall code and the header fields.
+func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, items []item, answers []answered, p *parts, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+	var hstack [4]headers.Decision
 	t := tally{overall: pb.RateLimitResponse_OK, hds: hstack[:0]}
-	for i, d := range descs {
+	for i, d := range req.GetDescriptors() {
 		a, it := &answers[i], &items[i]
 		if !a.decided {
 			continue
 		}
 		s.count(it, d.GetEntries(), a.o)
 		s.countHits(s.statsFor(it, d.GetEntries()), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
-		t.add(it.rule, &statuses[i], s.quotaMode)
+		t.add(it.rule, &p.statuses[i], s.quotaMode)
 		if s.flavor != 0 && (a.o == outcomeOK || a.o == outcomeOverLimit || a.o == outcomeShadow) {
 			t.hds = append(t.hds, headerDecision(it.rule, a.o, a.res))
 		}
 	}
+	resp := p.resp
 	resp.OverallCode = s.overall(api, &t)
 	traceDecision(ctx, req, resp.OverallCode)
 	if s.metadata {
 		resp.DynamicMetadata = requestMetadata(req)
+	}
+	if inResponse {
+		s.addHeaders(p, t.hds, resp.OverallCode)
+		return resp, nil, nil
 	}
 	return resp, s.header(t.hds, resp.OverallCode), nil
 }
@@ -377,24 +415,76 @@ type answered struct {
 	decided bool
 }
 
-// answerAll answers every descriptor of req into statuses and answers.
-// With WithParallelDescriptors, when more than one descriptor needs the
-// store, their store calls are made at once, so that a request costs one
-// round trip (one pipeline) rather than one per descriptor; each still
-// spends on its own, as in envoyproxy/ratelimit.
-func (s *Server) answerAll(q *ruleset.Request, req *pb.RateLimitRequest, items []item, statuses []pb.RateLimitResponse_DescriptorStatus, answers []answered) {
+// parts are the pieces of one response, made together (newParts) and
+// filled in place: the response, its statuses (resp.Statuses points at
+// them), a duration_until_reset per status, and room for
+// response_headers_to_add.
+type parts struct {
+	resp     *pb.RateLimitResponse
+	statuses []pb.RateLimitResponse_DescriptorStatus
+	resets   []durationpb.Duration
+	hdrs     []core.HeaderValue  // length 0, and the capacity there is room for
+	hdrPtrs  []*core.HeaderValue // the same
+}
+
+// oneReply is the memory of the response to one descriptor, in one
+// allocation: with the draft's two header fields and a Retry-After, seven
+// allocations fewer than made one by one. gRPC encodes a response and lets
+// it go, so keeping its pieces together keeps nothing alive for longer.
+type oneReply struct {
+	resp    pb.RateLimitResponse
+	ptr     [1]*pb.RateLimitResponse_DescriptorStatus
+	status  [1]pb.RateLimitResponse_DescriptorStatus
+	reset   [1]durationpb.Duration
+	hdrs    [3]core.HeaderValue
+	hdrPtrs [3]*core.HeaderValue
+}
+
+// newParts returns the pieces of a response to n descriptors.
+func newParts(n int) parts {
+	if n == 1 {
+		r := &oneReply{}
+		r.ptr[0] = &r.status[0]
+		r.resp.Statuses = r.ptr[:]
+		return parts{resp: &r.resp, statuses: r.status[:], resets: r.reset[:], hdrs: r.hdrs[:0], hdrPtrs: r.hdrPtrs[:0]}
+	}
+	p := parts{
+		resp:     &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)},
+		statuses: make([]pb.RateLimitResponse_DescriptorStatus, n),
+		resets:   make([]durationpb.Duration, n),
+	}
+	for i := range p.statuses {
+		p.resp.Statuses[i] = &p.statuses[i]
+	}
+	return p
+}
+
+// answerInTurn answers every descriptor of req, one after another, into
+// p's statuses and answers.
+func (s *Server) answerInTurn(ctx context.Context, req *pb.RateLimitRequest, items []item, p *parts, answers []answered) {
+	q := s.engine.Begin(ctx)
+	defer q.End()
+	for i, d := range req.GetDescriptors() {
+		a := &answers[i]
+		a.o, a.res, a.decided = s.answer(&q, req, d, &items[i], &p.statuses[i], &p.resets[i])
+	}
+}
+
+// answerTogether answers every descriptor of req into statuses (and
+// resets, their durations until reset) and answers, making their store calls at once (WithParallelDescriptors), so
+// that a request costs one round trip (one pipeline) rather than one per
+// descriptor; each still spends on its own, as in envoyproxy/ratelimit.
+// decideFor calls it only when two descriptors or more need the store:
+// it costs a goroutine for each but the first.
+func (s *Server) answerTogether(ctx context.Context, req *pb.RateLimitRequest, items []item, statuses []pb.RateLimitResponse_DescriptorStatus, resets []durationpb.Duration, answers []answered) {
+	q := s.engine.Begin(ctx)
+	defer q.End()
+	q.Context() // armed before the goroutines share it
 	descs := req.GetDescriptors()
 	one := func(i int) {
 		a := &answers[i]
-		a.o, a.res, a.decided = s.answer(q, req, descs[i], &items[i], &statuses[i])
+		a.o, a.res, a.decided = s.answer(&q, req, descs[i], &items[i], &statuses[i], &resets[i])
 	}
-	if !s.parallel || storeCalls(items) < 2 {
-		for i := range descs {
-			one(i)
-		}
-		return
-	}
-	q.Context()
 	var wg sync.WaitGroup
 	for i := 1; i < len(descs); i++ {
 		wg.Go(func() { one(i) })
@@ -450,11 +540,11 @@ func (s *Server) match(sn *snapshot, req *pb.RateLimitRequest, items []item) []i
 }
 
 // answer decides one descriptor d of req, matched to it, and fills its
-// status st. It reports decided false for a descriptor that no rule
+// status st, using reset for its duration_until_reset. It reports decided false for a descriptor that no rule
 // limits (no rule, a replaced rule, an unlimited rule), which is answered
 // OK and already counted; the rest are to be counted and added up by the
 // caller.
-func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus) (o outcome, res tollgate.Result, decided bool) {
+func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (o outcome, res tollgate.Result, decided bool) {
 	r := it.rule
 	if r == nil || it.dropped {
 		st.Code = pb.RateLimitResponse_OK
@@ -473,9 +563,9 @@ func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.Ra
 	}
 	hits := hitsOf(req, d)
 	if r.DenyAll() {
-		o, res = s.denyAll(r, hits, st)
+		o, res = s.denyAll(r, hits, st, reset)
 	} else {
-		o, res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st)
+		o, res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	}
 	if o == outcomeOverLimit && r.ShadowMode {
 		o = outcomeShadow
@@ -490,7 +580,7 @@ func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.Ra
 
 // denyAll answers a rule of 0 requests per unit without a store call: over
 // the limit for any hits, until the end of the current period.
-func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
+func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
 	o := outcomeOverLimit
 	if hits == 0 {
 		o = outcomeOK
@@ -498,7 +588,7 @@ func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_Desc
 	res := tollgate.Result{Limit: r.Limit}
 	period := int64(r.Unit.Duration())
 	res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
-	st.DurationUntilReset = roundUp(res.RetryAfter)
+	st.DurationUntilReset = roundUp(res.RetryAfter, reset)
 	return o, res
 }
 
@@ -558,6 +648,13 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 	if len(hds) == 0 {
 		return nil
 	}
+	h := make(http.Header, 3)
+	s.writeHeader(h, hds, overall)
+	return h
+}
+
+// writeHeader writes the header fields of hds (at least one) into h.
+func (s *Server) writeHeader(h http.Header, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
 	if overall == pb.RateLimitResponse_OK {
 		// Global shadow mode or quota_mode let the request through:
 		// no Retry-After for a request that passes.
@@ -565,7 +662,6 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 			hds[i].Result.Allowed = true
 		}
 	}
-	h := make(http.Header, 3)
 	headers.Write(h, s.flavor, s.now(), hds...)
 	if s.compat {
 		h.Del(headers.RetryAfterField) // envoy's answers carry none
@@ -576,18 +672,47 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 			h[http.CanonicalHeaderKey(name)] = v
 		}
 	}
-	return h
+}
+
+// scratchHeaders holds the header maps addHeaders writes into and empties
+// again: the fields' values outlive the map, which is only a way to them.
+var scratchHeaders = sync.Pool{New: func() any { return make(http.Header, len(headerOrder)) }}
+
+// addHeaders writes the header fields of hds into p's response as
+// response_headers_to_add, in headerOrder, making them in p's room where
+// there is enough.
+func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
+	if len(hds) == 0 {
+		return
+	}
+	h := scratchHeaders.Get().(http.Header)
+	s.writeHeader(h, hds, overall)
+	n := len(h)
+	if n > cap(p.hdrs) {
+		p.hdrs, p.hdrPtrs = make([]core.HeaderValue, 0, n), make([]*core.HeaderValue, 0, n)
+	}
+	for i := 0; i < len(s.wire) && len(p.hdrs) < n; i++ { // the draft's fields come first: two lookups
+		if v := h[s.wire[i].key]; len(v) > 0 {
+			p.hdrs = append(p.hdrs, core.HeaderValue{Key: s.wire[i].wire, Value: v[0]})
+			p.hdrPtrs = append(p.hdrPtrs, &p.hdrs[len(p.hdrs)-1])
+		}
+	}
+	clear(h)
+	scratchHeaders.Put(h)
+	if len(p.hdrPtrs) > 0 {
+		p.resp.ResponseHeadersToAdd = p.hdrPtrs
+	}
 }
 
 // spend spends hits of the rule of it through the engine and fills st
-// from its result.
-func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus) (outcome, tollgate.Result) {
+// (and reset, its duration_until_reset) from its result.
+func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
 	r := it.rule
-	p := &ruleset.Point{}
+	var p *ruleset.Point
 	if it.state != nil {
 		p = &it.state.point
 	} else {
-		*p = s.point(r)
+		p = s.overridePoint(r)
 	}
 	key := counterKey(domain, entries, r)
 	step := q.Spend(p, "", key, r.Limit, cost(hits, r.Cost))
@@ -602,13 +727,13 @@ func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLi
 	case ruleset.Allowed:
 		st.LimitRemaining = remaining(res)
 		if res.ResetAfter > 0 {
-			st.DurationUntilReset = roundUp(res.ResetAfter)
+			st.DurationUntilReset = roundUp(res.ResetAfter, reset)
 		}
 		return outcomeOK, res
 	}
 	if step.Err == nil { // not a cost above what the rule can ever admit
 		st.LimitRemaining = remaining(res)
-		st.DurationUntilReset = roundUp(res.RetryAfter)
+		st.DurationUntilReset = roundUp(res.RetryAfter, reset)
 		if s.compat {
 			s.spendDenied(q, p, key, r, res)
 			st.LimitRemaining = 0
@@ -630,6 +755,17 @@ func (s *Server) point(r *config.Rule) ruleset.Point {
 	}
 	return ruleset.Point{Rule: r.ID, Mode: mode, DryRun: r.ShadowMode,
 		Latency: s.m.storeDuration, Errors: s.m.storeErrors[1], Timeouts: s.m.storeErrors[0], Skipped: s.m.storeSkipped}
+}
+
+// overridePoint is s.point(r) for a descriptor's own limit, which has no
+// rule state to keep it in. It is made on the heap, not in spend's frame:
+// spend is on the way to the store, where the stack is deepest, and
+// override limits are rare.
+//
+//go:noinline
+func (s *Server) overridePoint(r *config.Rule) *ruleset.Point {
+	p := s.point(r)
+	return &p
 }
 
 func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o outcome) {
@@ -686,12 +822,14 @@ func hitsOf(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int {
 
 // roundUp returns d rounded up to whole seconds, as envoyproxy/ratelimit
 // reports duration_until_reset: a proxy that prints it in seconds never
-// sends a client back early.
-func roundUp(d time.Duration) *durationpb.Duration {
+// sends a client back early. It is written into into, which it returns,
+// or nil when d is not positive.
+func roundUp(d time.Duration, into *durationpb.Duration) *durationpb.Duration {
 	if d <= 0 {
 		return nil
 	}
-	return &durationpb.Duration{Seconds: int64((d + time.Second - 1) / time.Second)}
+	into.Seconds = int64((d + time.Second - 1) / time.Second)
+	return into
 }
 
 // counterKey is the store key of a descriptor's counter:

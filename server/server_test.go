@@ -18,8 +18,11 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/storekey"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
+	"github.com/tollgate/tollgate/redisstore"
 )
 
 func entries(pairs ...string) []*rlv3.RateLimitDescriptor_Entry {
@@ -268,31 +271,70 @@ func equal(a, b []uint32) bool {
 	return true
 }
 
-// BenchmarkShouldRateLimit is the service's own cost per decision, on the
-// memory store, without the network: match, key, decide, response; with no
-// deadline (as serve runs the memory store) and with the default one (as
-// it runs Redis).
+// BenchmarkShouldRateLimit is the service's own cost per decision: match,
+// key, decide, response, metrics. On the memory store, without the network,
+// with no deadline (as serve runs the memory store) and with the default one
+// (as it runs Redis); and on a real Redis through a pipelined redisstore, as
+// serve runs it, with a request's descriptors decided at once
+// (WithParallelDescriptors) and one after another: for requests of one
+// descriptor the two should cost the same. The Redis cases include the
+// store's own allocations and round trips.
 func BenchmarkShouldRateLimit(b *testing.B) {
+	const rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"
+	reqs := make([]*pb.RateLimitRequest, 1024)
+	for i := range reqs {
+		reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
+	}
+	run := func(b *testing.B, s *Server, parallelism int) {
+		b.ReportAllocs()
+		b.SetParallelism(parallelism)
+		b.RunParallel(func(p *testing.PB) {
+			i := 0
+			for p.Next() {
+				resp, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got, want := resp.OverallCode, pb.RateLimitResponse_OK; got != want {
+					b.Fatalf("overall code %v, want %v", got, want)
+				}
+				i++
+			}
+		})
+	}
 	for _, bc := range []struct {
 		name    string
 		timeout time.Duration
-	}{{"no_deadline", 0}, {"deadline", enforce.DefaultTimeout}} {
+	}{{"memory/no_deadline", 0}, {"memory/deadline", enforce.DefaultTimeout}} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := newTestServer(b, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n", WithTimeout(bc.timeout))
-			reqs := make([]*pb.RateLimitRequest, 1024)
-			for i := range reqs {
-				reqs[i] = req("d", entries("k", strings.Repeat("v", 8)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
+			run(b, newTestServer(b, rules, WithTimeout(bc.timeout)), 1)
+		})
+	}
+	rdb := redistest.NewServer(b)
+	for _, bc := range []struct {
+		name     string
+		parallel bool
+	}{{"redis/parallel", true}, {"redis/serial", false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			client, err := NewRedisClient(rdb.URL())
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					if _, err := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			})
+			defer client.Close()
+			store := redisstore.New(client, redisstore.WithPrefix(testkit.KeyPrefix(b)), redisstore.WithPipeline(50*time.Microsecond, 64))
+			s, err := New(store, WithParallelDescriptors(bc.parallel), WithTimeout(5*time.Second),
+				WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := config.Parse("rules.yaml", []byte(rules))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.SetRules(r)
+			// 32 goroutines per core, so that the pipeline fills as
+			// under a gateway's load.
+			run(b, s, 32)
 		})
 	}
 }

@@ -47,6 +47,7 @@ type options struct {
 	pid      int
 	conns    int
 	label    string
+	tsv      string
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	fs.IntVar(&o.pid, "pid", 0, "the service's process id, to measure its CPU per decision")
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (Envoy uses one per worker thread)")
 	fs.StringVar(&o.label, "label", "", "a name for the result line")
+	fs.StringVar(&o.tsv, "tsv", "", "also append the result to this file as one tab-separated line: label, mode, decisions/s, p50 µs, p99 µs, service CPU µs/decision (compare.sh adds up its rounds from it)")
 	fs.Parse(os.Args[2:])
 	var (
 		res result
@@ -86,6 +88,12 @@ func main() {
 		os.Exit(1)
 	}
 	res.print(mode, o)
+	if o.tsv != "" {
+		if err := res.appendTSV(o.tsv, mode, o); err != nil {
+			fmt.Fprintln(os.Stderr, "serveload:", err)
+			os.Exit(1)
+		}
+	}
 }
 
 type result struct {
@@ -97,6 +105,7 @@ type result struct {
 	p999       time.Duration
 	cpu        time.Duration // the service's, during the measured run
 	cpuKnown   bool
+	own        time.Duration // the load generator's CPU during the run
 	firstError string
 }
 
@@ -112,10 +121,37 @@ func (r result) print(mode string, o options) {
 	if r.cpuKnown && r.decisions > 0 {
 		fmt.Printf("; service CPU %.1f µs/decision", float64(r.cpu.Microseconds())/float64(r.decisions))
 	}
+	if r.own > 0 && r.decisions > 0 {
+		// What the service's rivals for the same cores spend: the load
+		// generator's share bounds the ratio of two services' decisions/s.
+		fmt.Printf("; load generator CPU %.1f µs/decision", float64(r.own.Microseconds())/float64(r.decisions))
+	}
 	fmt.Println()
 	if r.firstError != "" {
 		fmt.Println("  first error:", r.firstError)
 	}
+}
+
+// appendTSV appends the result to the file at path as one line of
+// tab-separated fields: label, mode, decisions/s, p50 and p99 in
+// microseconds, and the service's CPU per decision in microseconds (empty
+// when unknown).
+func (r result) appendTSV(path, mode string, o options) error {
+	cpu := ""
+	if r.cpuKnown && r.decisions > 0 {
+		cpu = strconv.FormatFloat(float64(r.cpu.Microseconds())/float64(r.decisions), 'f', 1, 64)
+	}
+	line := fmt.Sprintf("%s\t%s\t%.0f\t%d\t%d\t%s\n", o.label, mode, float64(r.decisions)/r.elapsed.Seconds(),
+		r.p50.Microseconds(), r.p99.Microseconds(), cpu)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // cpuTime returns a process's user + system CPU time from /proc.
@@ -230,11 +266,15 @@ func runGRPC(addr string, o options) (result, error) {
 	if o.pid > 0 {
 		cpu0, cpuErr = cpuTime(o.pid)
 	}
+	own0, ownErr := cpuTime(os.Getpid())
 	start := time.Now()
 	measuring.Store(true)
 	time.Sleep(o.duration)
 	measuring.Store(false)
 	res.elapsed = time.Since(start)
+	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
+		res.own = own1 - own0
+	}
 	if o.pid > 0 && cpuErr == nil {
 		if cpu1, err := cpuTime(o.pid); err == nil {
 			res.cpu, res.cpuKnown = cpu1-cpu0, true
@@ -282,11 +322,15 @@ func runJSON(url string, o options) (result, error) {
 	if o.pid > 0 {
 		cpu0, cpuErr = cpuTime(o.pid)
 	}
+	own0, ownErr := cpuTime(os.Getpid())
 	start := time.Now()
 	attack(o.duration, &m)
 	elapsed := time.Since(start)
 	m.Close()
 	res := result{decisions: int(m.Requests), elapsed: elapsed, p50: m.Latencies.P50, p99: m.Latencies.P99, p999: m.Latencies.Quantile(0.999)}
+	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
+		res.own = own1 - own0
+	}
 	if o.pid > 0 && cpuErr == nil {
 		if cpu1, err := cpuTime(o.pid); err == nil {
 			res.cpu, res.cpuKnown = cpu1-cpu0, true
