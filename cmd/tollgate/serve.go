@@ -12,7 +12,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -374,10 +373,9 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return 1
 	}
 	hl = tlsOn.httpListener(hl)
-	// Stream workers reuse goroutines whose stacks have grown, instead of
-	// growing a fresh one for every request.
+	// The stream workers are set in connFlags.grpcOptions.
 	gopts := append(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), tr.grpcOptions()...), tlsOn.grpcOptions()...)
-	g := grpc.NewServer(append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
+	g := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(g)
 	hs := o.conns.httpServer(tr.handler(mux), log)
 
