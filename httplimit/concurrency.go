@@ -52,8 +52,8 @@ type ConcurrencyRule struct {
 	// long a slot of a crashed process stays taken.
 	Lease time.Duration
 	// FailureMode says what happens when the store fails or misses its
-	// deadline: FailOpen (the zero value) runs the request without a slot,
-	// FailClosed answers 503 with Retry-After.
+	// deadline: FailOpen runs the request without a slot, FailClosed
+	// answers 503 with Retry-After; left zero, the rule fails open.
 	FailureMode FailureMode
 }
 
@@ -210,10 +210,10 @@ func (c *concurrency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 // lease in the background and releases the slot when the request ends.
 type holding struct {
 	c *concurrency
-	// ctx bounds the renewals: the request's values, not its
+	// ctx is the renewals' context: the request's values, not its
 	// cancellation (a renewal runs while the handler does, whatever the
-	// client does), and cancelled by end so that a renewal in flight does
-	// not hold up the release.
+	// client does). end cancels it, which is what ends a renewal in flight
+	// when WithTimeout(0) set no deadline; otherwise the deadline does.
 	ctx    context.Context
 	cancel context.CancelFunc
 

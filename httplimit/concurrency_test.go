@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -357,19 +358,24 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 // second request from inside, which tells what the rule does with it.
 func TestConcurrencyApplies(t *testing.T) {
 	t.Parallel()
+	long := strings.Repeat("x", 2*tollgate.MaxKeyLen)
 	for _, tc := range []struct {
 		name   string
+		outer  string // the tenant of the request holding the slot; "": acme
 		method string
 		target string
 		header http.Header
 		want   int
 	}{
-		{"same key", "POST", "/exports", tenantAcme, http.StatusTooManyRequests},
-		{"other key", "POST", "/exports", http.Header{"X-Tenant": {"globex"}}, http.StatusOK},
-		{"no key", "POST", "/exports", nil, http.StatusOK},
-		{"other method", "GET", "/exports", tenantAcme, http.StatusOK},
-		{"other path", "POST", "/imports", tenantAcme, http.StatusOK},
-		{"not matched", "POST", "/exports", http.Header{"X-Tenant": {"acme"}, "X-Internal": {"1"}}, http.StatusOK},
+		{"same key", "", "POST", "/exports", tenantAcme, http.StatusTooManyRequests},
+		// Too long for a store key: hashed, not failed open.
+		{"same long key", long, "POST", "/exports", http.Header{"X-Tenant": {long}}, http.StatusTooManyRequests},
+		{"other long key", long, "POST", "/exports", http.Header{"X-Tenant": {long + "y"}}, http.StatusOK},
+		{"other key", "", "POST", "/exports", http.Header{"X-Tenant": {"globex"}}, http.StatusOK},
+		{"no key", "", "POST", "/exports", nil, http.StatusOK},
+		{"other method", "", "GET", "/exports", tenantAcme, http.StatusOK},
+		{"other path", "", "POST", "/imports", tenantAcme, http.StatusOK},
+		{"not matched", "", "POST", "/exports", http.Header{"X-Tenant": {"acme"}, "X-Internal": {"1"}}, http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -384,7 +390,8 @@ func TestConcurrencyApplies(t *testing.T) {
 					inner = do(h, tc.method, tc.target, "192.0.2.1:1", tc.header).Code
 				}
 			}))
-			if got := do(h, "POST", "/exports", "192.0.2.1:1", http.Header{"X-Tenant": {"acme"}, "X-Outer": {"1"}}).Code; got != http.StatusOK {
+			outer := cmp.Or(tc.outer, "acme")
+			if got := do(h, "POST", "/exports", "192.0.2.1:1", http.Header{"X-Tenant": {outer}, "X-Outer": {"1"}}).Code; got != http.StatusOK {
 				t.Fatalf("outer request: %d", got)
 			}
 			if got, want := inner, tc.want; got != want {
