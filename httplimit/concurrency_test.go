@@ -438,3 +438,46 @@ func TestConcurrencyInvalidRule(t *testing.T) {
 		})
 	}
 }
+
+// A custom rejection handler sees the concurrency decision, with
+// Retry-After already set.
+func TestConcurrencyRejectHandler(t *testing.T) {
+	t.Parallel()
+	var got httplimit.Rejection
+	var retryAfter string
+	mw := mustConcurrency(t, memorystore.NewConcurrency(), httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1, Lease: 90 * time.Second},
+		httplimit.WithRejectHandler(func(w http.ResponseWriter, r *http.Request, rej httplimit.Rejection) {
+			got, retryAfter = rej, w.Header().Get("Retry-After")
+			w.WriteHeader(rej.Status)
+		}))
+	var h http.Handler
+	outer := true
+	h = mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if outer {
+			outer = false
+			do(h, "GET", "/", "192.0.2.1:1", tenantAcme)
+		}
+	}))
+	do(h, "GET", "/", "192.0.2.1:1", tenantAcme)
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"Status", got.Status, http.StatusTooManyRequests},
+		{"Rule", got.Rule, "export"},
+		{"Policy", got.Policy, "export"},
+		{"Concurrency.Allowed", got.Concurrency.Allowed, false},
+		{"Concurrency.Max", got.Concurrency.Max, 1},
+		{"Concurrency.Remaining", got.Concurrency.Remaining, 0},
+		// The earliest lease's end, in whole seconds rounded up.
+		{"Retry-After", retryAfter, strconv.FormatInt(int64((got.RetryAfter+time.Second-1)/time.Second), 10)},
+		{"Err", got.Err, nil},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if got.RetryAfter <= 0 || got.RetryAfter > 90*time.Second {
+		t.Errorf("RetryAfter = %v, want within the 90 s lease", got.RetryAfter)
+	}
+}
