@@ -235,8 +235,11 @@ func (c *concurrency) hold(reqCtx context.Context, p tollgate.Permit) *holding {
 
 // renew runs on the timer: it extends the lease and sets the timer for
 // the next renewal, half a lease later, or a quarter lease after a failed
-// renewal, which leaves one more try before the lease ends. A permit found
-// lapsed is not renewed again: its slot may be someone else's now.
+// renewal, which leaves one more try before the lease ends. Half a lease
+// leaves a late or slow renewal the other half to land in, and costs one
+// store call per half lease only for requests that run that long: a
+// request shorter than half its lease makes none. A permit found lapsed is
+// not renewed again: its slot may be someone else's now.
 func (h *holding) renew() {
 	h.mu.Lock()
 	if h.ended {

@@ -33,6 +33,15 @@
 // the request waits its turn (Result.Delay), bounded by the request's
 // context, before the handler runs.
 //
+// # Concurrency limits
+//
+// Concurrency returns middleware of the same shape that bounds how many
+// requests run at once per key, across every replica sharing a
+// tollgate.ConcurrencyStore: "at most 5 exports in flight per tenant". It
+// takes a leased slot before the handler runs, renews the lease while the
+// handler runs long, and gives the slot back when the handler returns or
+// panics; a request that finds every slot taken gets 429 with Retry-After.
+//
 // The decisions and the engine behind them live in package enforce; the
 // headers in headers; client addresses in clientip.
 package httplimit
