@@ -78,3 +78,49 @@ func Example_perAPIKeyPlans() {
 	// key-b 200 "pro";q=1000;w=60
 	// key-b 200 "pro";q=1000;w=60
 }
+
+// At most one export in flight per tenant. While acme's export runs, a
+// second one from acme is turned away with 429 and Retry-After (when the
+// running one's lease ends at the latest), and globex's runs. With
+// redisstore.New(rdb) instead of the memory store, the limit holds across
+// every replica.
+func ExampleConcurrency() {
+	export, err := httplimit.Concurrency(memorystore.NewConcurrency(), httplimit.ConcurrencyRule{
+		Name:    "export",
+		Pattern: "POST /exports",
+		Key: func(r *http.Request) (string, bool) {
+			t := r.Header.Get("X-Tenant") // your authenticated tenant
+			return t, t != ""
+		},
+		Max: 1,
+	})
+	if err != nil {
+		panic(err)
+	}
+	post := func(h http.Handler, tenant string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/exports", nil)
+		r.Header.Set("X-Tenant", tenant)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	var handler http.Handler
+	long := true
+	handler = export(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if long { // the first export runs long: others arrive meanwhile
+			long = false
+			for _, tenant := range []string{"acme", "globex"} {
+				w := post(handler, tenant)
+				fmt.Printf("meanwhile %s: %d Retry-After: %q\n", tenant, w.Code, w.Header().Get("Retry-After"))
+			}
+		}
+		fmt.Fprintln(w, "exported")
+	}))
+	fmt.Println("acme:", post(handler, "acme").Code)
+	fmt.Println("acme again:", post(handler, "acme").Code)
+	// Output:
+	// meanwhile acme: 429 Retry-After: "30"
+	// meanwhile globex: 200 Retry-After: ""
+	// acme: 200
+	// acme again: 200
+}

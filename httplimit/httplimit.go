@@ -33,6 +33,15 @@
 // the request waits its turn (Result.Delay), bounded by the request's
 // context, before the handler runs.
 //
+// # Concurrency limits
+//
+// Concurrency returns middleware of the same shape that bounds how many
+// requests run at once per key, across every replica sharing a
+// tollgate.ConcurrencyStore: "at most 5 exports in flight per tenant". It
+// takes a leased slot before the handler runs, renews the lease while the
+// handler runs long, and gives the slot back when the handler returns or
+// panics; a request that finds every slot taken gets 429 with Retry-After.
+//
 // The decisions and the engine behind them live in package enforce; the
 // headers in headers; client addresses in clientip.
 package httplimit
@@ -117,6 +126,10 @@ type Rejection struct {
 	RetryAfter time.Duration
 	// Err is the store's error (503), or tollgate.ErrCostExceedsBurst (413).
 	Err error
+	// Concurrency is the concurrency limit's decision when a Concurrency
+	// middleware turned the request away with a 429; its Max is 0 for every
+	// other rejection.
+	Concurrency tollgate.ConcurrencyResult
 }
 
 // Limiter is the middleware. Make one with New and wrap handlers with
@@ -135,10 +148,12 @@ type call struct {
 }
 
 // options are what the Options set: the rule machinery's, shared with every
-// transport, and the rejection handler.
+// transport, the rejection handler, and a copy of the settings a
+// concurrency limit reads (the rule machinery's are not visible here).
 type options struct {
 	shared []ruleset.Option
 	reject func(http.ResponseWriter, *http.Request, Rejection)
+	conc   concSettings
 }
 
 // Option configures a Limiter.
@@ -155,7 +170,12 @@ func shared(o ruleset.Option) Option {
 // failure mode applies, without further store calls. Requests starting
 // within d/8 (at most 1 ms) of each other share one timer. 0 removes the
 // deadline (for memorystore, which never waits).
-func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
+func WithTimeout(d time.Duration) Option {
+	return func(os *options) {
+		os.shared = append(os.shared, ruleset.WithTimeout(d))
+		os.conc.timeout = d
+	}
+}
 
 // WithClientIP finds client addresses with r: set it to trust your proxies'
 // forwarding headers. Without it the client is the peer address.
@@ -175,21 +195,39 @@ func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.With
 func WithMetrics(m *enforce.Metrics) Option { return shared(ruleset.WithMetrics(m)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
+func WithLogger(lg *slog.Logger) Option {
+	return func(os *options) {
+		os.shared = append(os.shared, ruleset.WithLogger(lg))
+		os.conc.logger = lg
+	}
+}
 
 // WithLogInterval logs store failures at most once per d (default
 // enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
+func WithLogInterval(d time.Duration) Option {
+	return func(os *options) {
+		os.shared = append(os.shared, ruleset.WithLogInterval(d))
+		os.conc.logEvery = d
+	}
+}
 
 // WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
 // (default 1 s).
 func WithFailClosedRetryAfter(d time.Duration) Option {
-	return shared(ruleset.WithFailClosedRetryAfter(d))
+	return func(os *options) {
+		os.shared = append(os.shared, ruleset.WithFailClosedRetryAfter(d))
+		os.conc.failRetryAfter = d
+	}
 }
 
 // WithClock sets the clock X-RateLimit-Reset is computed from and failure
 // logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option { return shared(ruleset.WithClock(now)) }
+func WithClock(now func() time.Time) Option {
+	return func(os *options) {
+		os.shared = append(os.shared, ruleset.WithClock(now))
+		os.conc.now = now
+	}
+}
 
 // WithRejectHandler writes rejections with f instead of the default
 // problem+json body. The rate-limit headers and Retry-After are already set
@@ -347,6 +385,11 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, rej Rejection) {
 		p.ViolatedPolicies = []string{rej.Policy} // a failed store violated nothing
 	}
 	switch {
+	case rej.Status == http.StatusTooManyRequests && rej.Concurrency.Max > 0:
+		p.Type = ProblemQuotaExceeded
+		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
+		p.Detail = "Concurrency limit " + strconv.Quote(rej.Policy) + " reached: " + strconv.Itoa(rej.Concurrency.Max) +
+			" requests already in flight; retry in at most " + strconv.FormatInt(p.RetryAfter, 10) + " s."
 	case rej.Status == http.StatusTooManyRequests:
 		p.Type = ProblemQuotaExceeded
 		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
