@@ -238,21 +238,12 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 // seeing the call.
 func spec(cfg Rule) (ruleset.Spec[call], error) {
 	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
-	var method string // exact, or a service prefix ending in "/"
-	var prefix bool
-	if m := cfg.Method; m != "" {
-		if !strings.HasPrefix(m, "/") {
-			return s, fmt.Errorf("grpclimit: rule %q: method %q must start with /", cfg.Name, m)
-		}
-		method, prefix = strings.TrimSuffix(m, "*"), strings.HasSuffix(m, "/*")
+	applies, err := methodMatcher(cfg.Method, cfg.Match)
+	if err != nil {
+		return s, fmt.Errorf("grpclimit: rule %q: %w", cfg.Name, err)
 	}
-	if match := cfg.Match; method != "" || match != nil {
-		s.Applies = func(c call) bool {
-			if method != "" && (prefix && !strings.HasPrefix(c.method, method) || !prefix && c.method != method) {
-				return false
-			}
-			return match == nil || match(c.ctx, c.method)
-		}
+	if applies != nil {
+		s.Applies = func(c call) bool { return applies(c.ctx, c.method) }
 	}
 	if f := cfg.PoliciesFunc; f != nil {
 		s.PoliciesFunc = func(c call) []Policy { return f(c.ctx, c.method) }
@@ -261,6 +252,25 @@ func spec(cfg Rule) (ruleset.Spec[call], error) {
 		s.Cost = func(c call) int { return f(c.ctx, c.method) }
 	}
 	return s, nil
+}
+
+// methodMatcher returns whether a rule with Method m and Match match
+// applies to a call, or nil when it applies to all: m is one full method
+// ("/pkg.Service/Method") or, ending in "/*", every method of a service.
+func methodMatcher(m string, match func(ctx context.Context, fullMethod string) bool) (func(ctx context.Context, fullMethod string) bool, error) {
+	if m == "" {
+		return match, nil
+	}
+	if !strings.HasPrefix(m, "/") {
+		return nil, fmt.Errorf("method %q must start with /", m)
+	}
+	method, prefix := strings.TrimSuffix(m, "*"), strings.HasSuffix(m, "/*") // exact, or a service prefix ending in "/"
+	return func(ctx context.Context, full string) bool {
+		if prefix && !strings.HasPrefix(full, method) || !prefix && full != method {
+			return false
+		}
+		return match == nil || match(ctx, full)
+	}, nil
 }
 
 // UnaryServerInterceptor checks each unary call before its handler runs.
