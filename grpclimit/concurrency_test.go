@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -501,4 +503,40 @@ func TestConcurrencyInvalidRule(t *testing.T) {
 	if _, err := grpclimit.Concurrency(memorystore.NewConcurrency(), ok); err != nil {
 		t.Errorf("a valid rule: %v", err)
 	}
+}
+
+// Redis stops while a stream holds a slot: its renewals fail and are
+// logged, the stream still completes, and the failed release is logged.
+func TestConcurrencyRenewalFails(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewServer(t)
+	st := redisstore.New(srv.Client(t))
+	logs := &logRecorder{}
+	calls := func() string {
+		var s []string
+		for _, r := range logs.all() {
+			s = append(s, r["call"])
+		}
+		return strings.Join(s, ",")
+	}
+	conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "watch", Key: byTenant, Max: 1, Lease: 200 * time.Millisecond},
+		grpclimit.WithConcurrencyTimeout(time.Second), grpclimit.WithConcurrencyLogger(slog.New(logs)), grpclimit.WithConcurrencyLogInterval(time.Hour))
+	c := serveConc(t, conc, &healthService{watch: func(stream healthpb.Health_WatchServer) error {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+		eventually(t, "a failed renewal logged", func() bool { return calls() != "" })
+		return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
+	}})
+	s, err := c.Watch(asTenant(context.Background(), "acme"), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Errorf("stream whose renewals failed: %v, want its message", err)
+	}
+	if _, err := s.Recv(); err != io.EOF {
+		t.Errorf("stream whose renewals failed: %v at its end, want io.EOF", err)
+	}
+	eventually(t, "the failed release logged", func() bool { return calls() == "renew,release" })
 }
