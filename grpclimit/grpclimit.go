@@ -22,6 +22,10 @@
 //
 // A stream is checked once, when it opens: limit the number of streams, not
 // the messages in them.
+//
+// Concurrency limits how many calls run at once per key instead, across
+// replicas, over a tollgate.ConcurrencyStore: a call or stream holds a slot
+// while its handler runs.
 package grpclimit
 
 import (
