@@ -91,9 +91,9 @@ func serveConc(t *testing.T, conc *grpclimit.ConcurrencyLimiter, svc *healthServ
 
 // mustConcurrency makes a ConcurrencyLimiter with a generous store
 // deadline (see mustNew) unless opts set one.
-func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule grpclimit.ConcurrencyRule, opts ...grpclimit.ConcurrencyOption) *grpclimit.ConcurrencyLimiter {
+func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule grpclimit.ConcurrencyRule, opts ...grpclimit.Option) *grpclimit.ConcurrencyLimiter {
 	t.Helper()
-	opts = append([]grpclimit.ConcurrencyOption{grpclimit.WithConcurrencyTimeout(10 * time.Second)}, opts...)
+	opts = append([]grpclimit.Option{grpclimit.WithTimeout(10 * time.Second)}, opts...)
 	c, err := grpclimit.Concurrency(store, rule, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -398,8 +398,8 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	logs := &logRecorder{}
 	for _, mode := range []grpclimit.FailureMode{grpclimit.FailOpen, grpclimit.FailClosed} {
 		conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
-			grpclimit.WithConcurrencyTimeout(time.Second), grpclimit.WithConcurrencyFailClosedRetryAfter(2*time.Second),
-			grpclimit.WithConcurrencyLogger(slog.New(logs)), grpclimit.WithConcurrencyLogInterval(time.Hour))
+			grpclimit.WithTimeout(time.Second), grpclimit.WithFailClosedRetryAfter(2*time.Second),
+			grpclimit.WithLogger(slog.New(logs)), grpclimit.WithLogInterval(time.Hour))
 		clients[mode] = serveConc(t, conc, svc)
 	}
 	if err := srv.Stop(); err != nil {
@@ -520,7 +520,7 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "watch", Key: byTenant, Max: 1, Lease: 200 * time.Millisecond},
-		grpclimit.WithConcurrencyTimeout(time.Second), grpclimit.WithConcurrencyLogger(slog.New(logs)), grpclimit.WithConcurrencyLogInterval(time.Hour))
+		grpclimit.WithTimeout(time.Second), grpclimit.WithLogger(slog.New(logs)), grpclimit.WithLogInterval(time.Hour))
 	c := serveConc(t, conc, &healthService{watch: func(stream healthpb.Health_WatchServer) error {
 		if err := srv.Stop(); err != nil {
 			t.Error(err)

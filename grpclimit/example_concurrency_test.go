@@ -28,7 +28,7 @@ func ExampleConcurrency() {
 			return "", false
 		},
 		Max: 1,
-	}, grpclimit.WithConcurrencyTimeout(0)) // memorystore never waits
+	}, grpclimit.WithTimeout(0)) // memorystore never waits
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -153,7 +153,6 @@ type call struct {
 type options struct {
 	shared []ruleset.Option
 	reject func(http.ResponseWriter, *http.Request, Rejection)
-	conc   concSettings
 }
 
 // Option configures a Limiter.
@@ -170,12 +169,7 @@ func shared(o ruleset.Option) Option {
 // failure mode applies, without further store calls. Requests starting
 // within d/8 (at most 1 ms) of each other share one timer. 0 removes the
 // deadline (for memorystore, which never waits).
-func WithTimeout(d time.Duration) Option {
-	return func(os *options) {
-		os.shared = append(os.shared, ruleset.WithTimeout(d))
-		os.conc.timeout = d
-	}
-}
+func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
 
 // WithClientIP finds client addresses with r: set it to trust your proxies'
 // forwarding headers. Without it the client is the peer address.
@@ -195,39 +189,19 @@ func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.With
 func WithMetrics(m *enforce.Metrics) Option { return shared(ruleset.WithMetrics(m)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option {
-	return func(os *options) {
-		os.shared = append(os.shared, ruleset.WithLogger(lg))
-		os.conc.logger = lg
-	}
-}
+func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
 
 // WithLogInterval logs store failures at most once per d (default
 // enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option {
-	return func(os *options) {
-		os.shared = append(os.shared, ruleset.WithLogInterval(d))
-		os.conc.logEvery = d
-	}
-}
+func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
 
 // WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
 // (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option {
-	return func(os *options) {
-		os.shared = append(os.shared, ruleset.WithFailClosedRetryAfter(d))
-		os.conc.failRetryAfter = d
-	}
-}
+func WithFailClosedRetryAfter(d time.Duration) Option { return shared(ruleset.WithFailClosedRetryAfter(d)) }
 
 // WithClock sets the clock X-RateLimit-Reset is computed from and failure
 // logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option {
-	return func(os *options) {
-		os.shared = append(os.shared, ruleset.WithClock(now))
-		os.conc.now = now
-	}
-}
+func WithClock(now func() time.Time) Option { return shared(ruleset.WithClock(now)) }
 
 // WithRejectHandler writes rejections with f instead of the default
 // problem+json body. The rate-limit headers and Retry-After are already set
