@@ -197,7 +197,9 @@ func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInte
 
 // WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
 // (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option { return shared(ruleset.WithFailClosedRetryAfter(d)) }
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return shared(ruleset.WithFailClosedRetryAfter(d))
+}
 
 // WithClock sets the clock X-RateLimit-Reset is computed from and failure
 // logs are paced by (default time.Now).
