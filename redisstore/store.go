@@ -22,6 +22,10 @@
 // whose hash tag keeps everything about one caller's key in one Redis
 // Cluster slot. Any redis.UniversalClient works: a standalone client,
 // Sentinel (failover) or Cluster.
+//
+// A Store is also a tollgate.ConcurrencyStore: Acquire, Renew and Release
+// keep a key's permits in one sorted set, <prefix>{<key>}:conc, one script
+// call each (LoadConcurrency preloads those scripts).
 package redisstore
 
 import (
