@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -128,28 +129,6 @@ func permits(t *testing.T, st *redisstore.Store, key string) int64 {
 	return n
 }
 
-// eventually polls cond until it holds, failing the test after a generous
-// time: the tests wait for states, never for durations.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
-
-// inFlight counts the handlers running at once and the most ever seen.
-type inFlight struct{ now, peak atomic.Int64 }
-
-func (f *inFlight) enter() {
-	n := f.now.Add(1)
-	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
-	}
-}
-
-func (f *inFlight) leave() { f.now.Add(-1) }
-
 func retryInfo(err error) *errdetails.RetryInfo {
 	for _, d := range status.Convert(err).Details() {
 		if r, ok := d.(*errdetails.RetryInfo); ok {
@@ -169,13 +148,13 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 	t.Parallel()
 	const max = 3
 	prefix := randomPrefix()
-	var flight inFlight
+	var flight testkit.InFlight
 	gate := make(chan struct{})
 	var slow atomic.Bool
 	slow.Store(true)
 	svc := &healthService{check: func(ctx context.Context) error {
-		flight.enter()
-		defer flight.leave()
+		flight.Enter()
+		defer flight.Leave()
 		if slow.Load() {
 			<-gate
 		} else {
@@ -206,7 +185,7 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 			denied = append(denied, err)
 		}
 	}
-	eventually(t, "3 calls in flight", func() bool { return flight.now.Load() == max })
+	testkit.Eventually(t, "3 calls in flight", func() bool { return flight.Now() == max })
 	close(gate)
 	for range max {
 		if err := <-errs; err != nil {
@@ -224,12 +203,12 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 			t.Errorf("denied call's RetryInfo = %v, want a delay within a lease", r)
 		}
 	}
-	if got, want := flight.peak.Load(), int64(max); got != want {
+	if got, want := flight.Peak(), int64(max); got != want {
 		t.Errorf("first round: peak %d in flight, want %d", got, want)
 	}
 
 	slow.Store(false)
-	flight.peak.Store(0)
+	flight.ResetPeak()
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	for i := range 8 {
@@ -252,7 +231,7 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 	if got := failed.Load(); got != 0 {
 		t.Errorf("%d clients failed with an error other than RESOURCE_EXHAUSTED", got)
 	}
-	if got := flight.peak.Load(); got > max || got < 1 {
+	if got := flight.Peak(); got > max || got < 1 {
 		t.Errorf("second round: peak %d in flight, want 1 to %d", got, max)
 	}
 	for i, st := range stores {
@@ -349,7 +328,7 @@ func TestConcurrencyStream(t *testing.T) {
 		t.Fatalf("first stream: %v", err)
 	}
 	start := time.Now()
-	eventually(t, "3 renewals", func() bool { return st.renewals.Load() >= 3 })
+	testkit.Eventually(t, "3 renewals", func() bool { return st.renewals.Load() >= 3 })
 	if elapsed := time.Since(start); elapsed < lease {
 		t.Errorf("3 renewals after %v, before the first lease ended", elapsed)
 	}
@@ -375,7 +354,7 @@ func TestConcurrencyStream(t *testing.T) {
 		t.Errorf("%d renewals failed", got)
 	}
 	cancel()
-	eventually(t, "the stream's permit released", func() bool { return permits(t, st.Store, "watch:acme") == 0 })
+	testkit.Eventually(t, "the stream's permit released", func() bool { return permits(t, st.Store, "watch:acme") == 0 })
 	n := st.renewals.Load()
 	if _, err := c.Check(acme, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("a call after the stream ended: %v, want OK", err)
@@ -525,7 +504,7 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 		if err := srv.Stop(); err != nil {
 			t.Error(err)
 		}
-		eventually(t, "a failed renewal logged", func() bool { return calls() != "" })
+		testkit.Eventually(t, "a failed renewal logged", func() bool { return calls() != "" })
 		return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
 	}})
 	s, err := c.Watch(asTenant(context.Background(), "acme"), &healthpb.HealthCheckRequest{})
@@ -538,5 +517,5 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 	if _, err := s.Recv(); err != io.EOF {
 		t.Errorf("stream whose renewals failed: %v at its end, want io.EOF", err)
 	}
-	eventually(t, "the failed release logged", func() bool { return calls() == "renew,release" })
+	testkit.Eventually(t, "the failed release logged", func() bool { return calls() == "renew,release" })
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -54,28 +55,6 @@ func permits(t *testing.T, st *redisstore.Store, key string) int64 {
 	return n
 }
 
-// eventually polls cond until it holds, failing the test after a generous
-// time: the tests wait for states, never for durations.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
-
-// inFlight counts the handlers running at once and the most ever seen.
-type inFlight struct{ now, peak atomic.Int64 }
-
-func (f *inFlight) enter() {
-	n := f.now.Add(1)
-	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
-	}
-}
-
-func (f *inFlight) leave() { f.now.Add(-1) }
-
 // Two replicas, each its own middleware over its own redisstore.Store on
 // one Redis, share one limit of 3 per tenant. First 10 clients whose
 // handlers block: 3 run, 7 get 429 with Retry-After and a problem body.
@@ -85,13 +64,13 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 	t.Parallel()
 	const max = 3
 	prefix := randomPrefix()
-	var flight inFlight
+	var flight testkit.InFlight
 	gate := make(chan struct{})
 	open := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(open) // a failed test does not leave its clients blocked
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		flight.enter()
-		defer flight.leave()
+		flight.Enter()
+		defer flight.Leave()
 		if r.Header.Get("X-Block") != "" {
 			<-gate
 		} else {
@@ -115,8 +94,8 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 			codes <- do(replicas[i%2], "GET", "/export", "192.0.2.1:1", http.Header{"X-Tenant": {"acme"}, "X-Block": {"1"}})
 		})
 	}
-	eventually(t, "every blocked client running or answered", func() bool { return flight.now.Load()+int64(len(codes)) == blocked })
-	if got, want := flight.now.Load(), int64(max); got != want {
+	testkit.Eventually(t, "every blocked client running or answered", func() bool { return flight.Now()+int64(len(codes)) == blocked })
+	if got, want := flight.Now(), int64(max); got != want {
 		t.Fatalf("%d blocked clients running at once across the replicas, want %d", got, want)
 	}
 	for range blocked - max {
@@ -147,7 +126,7 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 		t.Errorf("after the blocked round: %d permits left, want %d", got, want)
 	}
 
-	flight.peak.Store(0) // this round's own peak
+	flight.ResetPeak() // this round's own peak
 	var ok, denied, other atomic.Int64
 	for c := range 16 {
 		wg.Go(func() {
@@ -164,8 +143,8 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("random round: %d served, %d denied; peak in flight %d of %d", ok.Load(), denied.Load(), flight.peak.Load(), max)
-	if got := flight.peak.Load(); got > max {
+	t.Logf("random round: %d served, %d denied; peak in flight %d of %d", ok.Load(), denied.Load(), flight.Peak(), max)
+	if got := flight.Peak(); got > max {
 		t.Errorf("%d requests in flight at once, max %d", got, max)
 	}
 	if ok.Load() == 0 || other.Load() != 0 {
@@ -242,7 +221,7 @@ func TestConcurrencyLeaseRenewed(t *testing.T) {
 	var h http.Handler
 	h = mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		eventually(t, "3 renewals", func() bool { return st.renewals.Load() >= 3 })
+		testkit.Eventually(t, "3 renewals", func() bool { return st.renewals.Load() >= 3 })
 		if elapsed := time.Since(start); elapsed < lease {
 			t.Errorf("3 renewals after %v, before the first lease ended", elapsed)
 		}
@@ -341,7 +320,7 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 			if err := srv.Stop(); err != nil {
 				t.Error(err)
 			}
-			eventually(t, "a failed renewal logged", func() bool { return calls() != "" })
+			testkit.Eventually(t, "a failed renewal logged", func() bool { return calls() != "" })
 			_, _ = w.Write([]byte("done"))
 		}))
 	w := do(h, "GET", "/", "192.0.2.1:1", tenantAcme)

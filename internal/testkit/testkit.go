@@ -3,8 +3,9 @@
 // KeyPrefix, which gives each test its own Redis keys, so that tests share
 // one redis-server without flushing it or reading each other's counters;
 // and ConfigMap, a rules directory updated as Kubernetes updates a mounted
-// ConfigMap, for tests of reloading; and Logs, a slog handler that keeps
-// what was logged.
+// ConfigMap, for tests of reloading; Logs, a slog handler that keeps what
+// was logged; and Eventually and InFlight, for tests that wait for a state
+// and count what runs at once.
 //
 // It is for tests only; nothing outside _test.go files imports it.
 package testkit
