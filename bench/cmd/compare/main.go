@@ -265,9 +265,19 @@ func table(out io.Writer, rs []result, redisCols bool) {
 // ratios prints, for each tollgate row, its decisions/s and p99 against
 // each peer's: "2.00× / 0.50×" is twice the throughput at half the p99.
 func ratios(out io.Writer, rs []result) {
-	var peers, ours []result
+	ratioTable(out, rs, func(r result) (string, string) { return r.name, r.peer }, "decisions/s, p99",
+		func(r, p result) (float64, float64) {
+			return r.f.perSecond() / p.f.perSecond(), float64(r.f.pct(0.99)) / float64(p.f.pct(0.99))
+		})
+}
+
+// ratioTable prints a markdown table of each tollgate row (those whose
+// peer name is empty) against each peer row: the two ratios cell gives,
+// under the column heading "vs <peer>: <what>".
+func ratioTable[R any](out io.Writer, rs []R, names func(R) (name, peer string), what string, cell func(ours, peer R) (float64, float64)) {
+	var peers, ours []R
 	for _, r := range rs {
-		if r.peer != "" {
+		if _, peer := names(r); peer != "" {
 			peers = append(peers, r)
 		} else {
 			ours = append(ours, r)
@@ -278,7 +288,8 @@ func ratios(out io.Writer, rs []result) {
 	}
 	fmt.Fprint(out, "| tollgate row |")
 	for _, p := range peers {
-		fmt.Fprintf(out, " vs %s: decisions/s, p99 |", p.peer)
+		_, peer := names(p)
+		fmt.Fprintf(out, " vs %s: %s |", peer, what)
 	}
 	fmt.Fprint(out, "\n| --- |")
 	for range peers {
@@ -286,9 +297,11 @@ func ratios(out io.Writer, rs []result) {
 	}
 	fmt.Fprintln(out)
 	for _, r := range ours {
-		fmt.Fprintf(out, "| %s |", r.name)
+		name, _ := names(r)
+		fmt.Fprintf(out, "| %s |", name)
 		for _, p := range peers {
-			fmt.Fprintf(out, " %.2f×, %.2f× |", r.f.perSecond()/p.f.perSecond(), float64(r.f.pct(0.99))/float64(p.f.pct(0.99)))
+			a, b := cell(r, p)
+			fmt.Fprintf(out, " %.2f×, %.2f× |", a, b)
 		}
 		fmt.Fprintln(out)
 	}

@@ -233,34 +233,10 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 // each peer (the peer's ns/op over its own), serially and in parallel:
 // "1.50×, 1.20×" is 1.5 times as fast serially and 1.2 in parallel.
 func memRatios(out io.Writer, rs []memResult) {
-	var peers, ours []memResult
-	for _, r := range rs {
-		if r.peer != "" {
-			peers = append(peers, r)
-		} else {
-			ours = append(ours, r)
-		}
-	}
-	if len(peers) == 0 || len(ours) == 0 {
-		return
-	}
-	fmt.Fprint(out, "| tollgate row |")
-	for _, p := range peers {
-		fmt.Fprintf(out, " vs %s: serial, parallel |", p.peer)
-	}
-	fmt.Fprint(out, "\n| --- |")
-	for range peers {
-		fmt.Fprint(out, " ---: |")
-	}
-	fmt.Fprintln(out)
-	for _, r := range ours {
-		fmt.Fprintf(out, "| %s |", r.name)
-		for _, p := range peers {
-			fmt.Fprintf(out, " %.2f×, %.2f× |", p.f.serial.median()/r.f.serial.median(), p.f.parallel.median()/r.f.parallel.median())
-		}
-		fmt.Fprintln(out)
-	}
-	fmt.Fprintln(out)
+	ratioTable(out, rs, func(r memResult) (string, string) { return r.name, r.peer }, "serial, parallel",
+		func(r, p memResult) (float64, float64) {
+			return p.f.serial.median() / r.f.serial.median(), p.f.parallel.median() / r.f.parallel.median()
+		})
 }
 
 const (
