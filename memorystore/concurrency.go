@@ -61,14 +61,7 @@ type permits struct {
 // NewConcurrency returns an empty Concurrency. It takes the Store's options:
 // WithClock, WithMaxKeys (default 1,000,000 keys) and WithShards.
 func NewConcurrency(opts ...Option) *Concurrency {
-	c := config{maxKeys: 1_000_000, shards: 256}
-	for _, o := range opts {
-		o(&c)
-	}
-	n := 1
-	for n < c.shards {
-		n <<= 1
-	}
+	c, n := newConfig(opts)
 	s := &Concurrency{
 		shards:   make([]concShard, n),
 		mask:     uint64(n - 1),

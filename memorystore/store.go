@@ -278,8 +278,9 @@ func WithShards(n int) Option {
 	return func(c *config) { c.shards = n }
 }
 
-// New returns an empty Store.
-func New(opts ...Option) *Store {
+// newConfig applies opts to the defaults and returns them with the number
+// of shards: WithShards rounded up to a power of two.
+func newConfig(opts []Option) (config, int) {
 	c := config{maxKeys: 1_000_000, shards: 256}
 	for _, o := range opts {
 		o(&c)
@@ -288,6 +289,12 @@ func New(opts ...Option) *Store {
 	for n < c.shards {
 		n <<= 1
 	}
+	return c, n
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	c, n := newConfig(opts)
 	s := &Store{
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
