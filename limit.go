@@ -244,6 +244,10 @@ type Params struct {
 	MaxDelayUS int64
 	// Capacity is the largest admissible cost (see Limit.Capacity).
 	Capacity int64
+	// MaxDebt is the most cost a key may owe beyond its capacity after a
+	// Settler's extra charge (see Settler): one Capacity, less where the
+	// doubled state would not count exactly below 2^53.
+	MaxDebt int64
 }
 
 // Params validates l and returns the integers a Store decides with.
@@ -306,9 +310,9 @@ func (l Limit) computeParams() (Params, error) {
 		if p.Rate > MaxLogRate {
 			return p, fmt.Errorf("%w: sliding_window_log allows a rate of at most %d (MaxLogRate) per period, got %d: it keeps an entry per request, and more would hold Redis for over a millisecond a decision; use sliding_window_counter", ErrInvalidLimit, MaxLogRate, l.Rate)
 		}
-		p.Capacity = p.Rate
+		p.Capacity, p.MaxDebt = p.Rate, p.Rate
 	case FixedWindow:
-		p.Capacity = p.Rate
+		p.Capacity, p.MaxDebt = p.Rate, p.Rate
 	case SlidingWindowCounter:
 		// The weighted check adds up to three counts times the period in
 		// grains; a quarter of 2^53 leaves room for all of them.
@@ -316,6 +320,7 @@ func (l Limit) computeParams() (Params, error) {
 			return p, fmt.Errorf("%w: %d per %v is too fine for the sliding window counter to count exactly (rate × period in ms must stay below 2^51); use a shorter period or fixed_window", ErrInvalidLimit, l.Rate, l.Period)
 		}
 		p.Capacity = p.Rate
+		p.MaxDebt = min(p.Rate, exact.Max/4/(p.PeriodUS/exact.SlidingGrain(p.PeriodUS))-p.Rate)
 	case TokenBucket, GCRA, LeakyBucket:
 		if l.Burst < 0 {
 			return p, fmt.Errorf("%w: %s needs a burst of at least 1 (0 for a burst of rate), got %d", ErrInvalidLimit, l.Algorithm, l.Burst)
@@ -346,6 +351,7 @@ func (l Limit) computeParams() (Params, error) {
 			// the one whose excess over Burst drains within MaxDelay.
 			p.Capacity += p.MaxDelayUS * p.UnitRate / p.Unit
 		}
+		p.MaxDebt = max(0, min(p.Capacity, (exact.Max-1)/p.Unit-p.Capacity))
 	}
 	return p, nil
 }
