@@ -288,11 +288,23 @@ func checkPolicies(policies []Policy) error {
 // the first that denies. It appends one headers.Decision per policy that
 // answered to dst (marked DryRun for a dry-run rule) and returns it with the
 // verdict.
-func (r *rule) decide(q *Request, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
+//
+// When hold is not nil the rule settles: it reserves through the store's
+// ReserveN, and appends each admitted reservation to *hold, under the
+// rule's index idx.
+func (r *rule) decide(q *Request, key string, policies []Policy, cost int, dst []headers.Decision, idx int, hold *[]held) (Verdict, []headers.Decision) {
 	v := Verdict{Outcome: Allowed, Rule: r.name}
 	first := len(dst)
 	for _, p := range policies {
-		st := q.Spend(&r.point, p.Name, key, p.Limit, cost)
+		var st Step
+		if hold == nil {
+			st = q.Spend(&r.point, p.Name, key, p.Limit, cost)
+		} else {
+			var at int64
+			if st, at = q.Reserve(&r.point, p.Name, key, p.Limit, cost); st.Outcome == Allowed {
+				*hold = append(*hold, held{rule: idx, policy: p.Name, key: key, limit: p.Limit, at: at, cost: cost})
+			}
+		}
 		switch st.Outcome {
 		case FailedOpen, FailedClosed:
 			v = Verdict{Outcome: st.Outcome, Rule: r.name, Policy: p.Name, Err: st.Err}

@@ -26,7 +26,7 @@ func (e *Engine) Rule(name string, mode FailureMode, dryRun bool) (TestRule, err
 func (r TestRule) Decide(ctx context.Context, key string, policies []Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
 	q := r.e.Begin(ctx)
 	defer q.End()
-	return r.r.decide(&q, key, policies, cost, dst)
+	return r.r.decide(&q, key, policies, cost, dst, 0, nil)
 }
 
 // FailureMode is the rule's failure mode after defaults.

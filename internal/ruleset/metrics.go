@@ -12,14 +12,19 @@ import (
 //	tollgate_<subsystem>_decisions_total{rule, outcome}       counter
 //	tollgate_<subsystem>_store_duration_seconds{rule}         histogram
 //	tollgate_<subsystem>_store_errors_total{rule}             counter
+//	tollgate_<subsystem>_bad_costs_total{rule}                counter
 //
 // outcome is one of allowed, denied, dry_run_denied, fail_open and
 // fail_closed, so the throttle ratio is denied / all, and fail-open events
-// are counted apart from normal traffic.
+// are counted apart from normal traffic. The store's latency and errors
+// include the settles of rules that settle (Spec.Settles), made after the
+// response; bad_costs_total counts the real costs responses reported that
+// could not be used, the estimate standing instead.
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
+	badCosts  *prometheus.CounterVec
 }
 
 // ruleMetrics are one rule's children, looked up once so that the request
@@ -28,6 +33,7 @@ type ruleMetrics struct {
 	decisions [numOutcomes]prometheus.Counter
 	latency   prometheus.Observer
 	errors    prometheus.Counter
+	badCosts  prometheus.Counter
 }
 
 // NewMetrics creates the metrics with the given subsystem ("http", "grpc")
@@ -48,8 +54,12 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 			Namespace: "tollgate", Subsystem: subsystem, Name: "store_errors_total",
 			Help: "Store calls that failed or missed their deadline, by rule.",
 		}, []string{"rule"}),
+		badCosts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tollgate", Subsystem: subsystem, Name: "bad_costs_total",
+			Help: "Real costs reported by responses to rules that settle which could not be used (several values, not a number, too large): the estimate stood.",
+		}, []string{"rule"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors} {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -65,5 +75,6 @@ func (m *Metrics) forRule(rule string) ruleMetrics {
 	}
 	rm.latency = m.latency.WithLabelValues(rule)
 	rm.errors = m.errors.WithLabelValues(rule)
+	rm.badCosts = m.badCosts.WithLabelValues(rule)
 	return rm
 }

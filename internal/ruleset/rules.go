@@ -39,6 +39,10 @@ type Spec[Req any] struct {
 	FailureMode FailureMode
 	// DryRun rules report but never block.
 	DryRun bool
+	// Settles makes Cost an estimate: the rule reserves it through the
+	// store's ReserveN, and Settle corrects it by the real cost once the
+	// response is done. The store must be a tollgate.Settler.
+	Settles bool
 }
 
 // Rules is an ordered list of prepared rules over requests of type Req:
@@ -47,8 +51,9 @@ type Spec[Req any] struct {
 type Rules[Req any] struct {
 	rules  []prepared[Req]
 	engine *Engine
-	set    settings
-	pkg    string // starts error messages
+	set     settings
+	pkg     string // starts error messages
+	settles bool   // some rule settles
 }
 
 type prepared[Req any] struct {
@@ -58,6 +63,7 @@ type prepared[Req any] struct {
 	policies     []Policy
 	policiesFunc func(Req) []Policy
 	cost         func(Req) int
+	settles      bool
 	r            *rule
 }
 
@@ -84,10 +90,14 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pkg, err)
 		}
+		if s.Settles && !rs.engine.Settles() {
+			return nil, fmt.Errorf("%s: rule %q settles its cost after the response, but %T cannot settle reservations (memorystore and redisstore can)", pkg, s.Name, store)
+		}
 		if seen[s.Name] {
 			return nil, fmt.Errorf("%s: two rules named %q", pkg, s.Name)
 		}
 		seen[s.Name] = true
+		rs.settles = rs.settles || s.Settles
 		rs.rules = append(rs.rules, p)
 	}
 	return rs, nil
@@ -111,7 +121,7 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 	}
 	return prepared[Req]{
 		applies: s.Applies, key: key, prefix: s.Name + ":" + key.kindName() + ":",
-		policies: s.Policies, policiesFunc: s.PoliciesFunc, cost: s.Cost, r: r,
+		policies: s.Policies, policiesFunc: s.PoliciesFunc, cost: s.Cost, settles: s.Settles, r: r,
 	}, nil
 }
 
@@ -121,7 +131,8 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 // context. A Scratch serves one request: a store may keep the context it
 // was given.
 type Scratch struct {
-	ctx guard.Room
+	ctx  guard.Room
+	held []held // reservations of rules that settle
 }
 
 // keyBuffer is where Decide builds store keys. It would escape to the heap
@@ -137,6 +148,8 @@ var keyBuffers = sync.Pool{New: func() any { return new(keyBuffer) }}
 // it (its Rule names the rule); otherwise it returns an Allowed verdict
 // whose Delay is the longest shaping delay of the rules. s is the
 // request's Scratch; if nil, Decide allocates one when a rule applies.
+// Rules that settle keep their reservations in s, for Settle; a request
+// Decide turns away gets them refunded.
 func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision, s *Scratch) (Verdict, []headers.Decision) {
 	var delay time.Duration
 	q := rs.engine.Begin(ctx)
@@ -170,14 +183,23 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 			continue
 		}
 		var v Verdict
-		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst)
+		var hold *[]held
+		if p.settles {
+			hold = &s.held
+		}
+		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold)
 		if v.Outcome.Blocks() {
+			rs.Refund(ctx, s) // not served: nothing spent
 			return v, dst
 		}
 		delay = max(delay, v.Delay)
 	}
 	return Verdict{Outcome: Allowed, Delay: delay}, dst
 }
+
+// Settles reports whether any rule settles (Spec.Settles): a transport
+// that passes Decide no Scratch must give it one then, to Settle with.
+func (rs *Rules[Req]) Settles() bool { return rs.settles }
 
 // Flavor is the header flavours set with WithHeaders (default
 // headers.Draft).

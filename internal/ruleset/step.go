@@ -39,10 +39,13 @@ import (
 // when too long by one function, internal/storekey.
 type Engine struct {
 	store     tollgate.Store
+	settler   tollgate.Settler // store, if it can settle; nil otherwise
 	deadlines *guard.Deadlines // nil: no deadline of the engine's own
 	logger    *slog.Logger
 	now       func() time.Time
 	failLog   guard.Sampler
+	badLog    guard.Sampler // unusable actual costs, apart from store failures
+	pending   pending       // settles running after their response
 }
 
 // NewEngine returns an Engine spending in store. timeout bounds each
@@ -50,7 +53,8 @@ type Engine struct {
 // logged to logger at most once per logEvery, paced by now.
 func NewEngine(store tollgate.Store, timeout time.Duration, logger *slog.Logger, logEvery time.Duration, now func() time.Time) *Engine {
 	e := &Engine{store: store, logger: logger, now: now}
-	e.failLog.Every = logEvery
+	e.settler, _ = store.(tollgate.Settler)
+	e.failLog.Every, e.badLog.Every = logEvery, logEvery
 	if timeout > 0 {
 		e.deadlines = guard.NewDeadlines(timeout)
 	}
@@ -136,11 +140,31 @@ func (q *Request) context() (ctx context.Context, fresh bool) {
 // Spend spends n (0 looks) of l for key on behalf of the rule at p, whose
 // policy (if it has named ones) is named in failure logs.
 func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) Step {
+	st, _ := q.spend(p, policy, key, l, n, false)
+	return st
+}
+
+// Reserve spends n of l for key as Spend does, through the store's
+// ReserveN, and also returns the store's clock at the decision: what
+// Settle needs to correct the spend once the request's real cost is known.
+// at is meaningful only when the Step is Allowed: the only outcome that
+// spent n (a denial, dry run or not, spends nothing). The engine's store must be a
+// tollgate.Settler (Settles); with another the Step is a failure.
+func (q *Request) Reserve(p *Point, policy, key string, l tollgate.Limit, n int) (st Step, at int64) {
+	return q.spend(p, policy, key, l, n, true)
+}
+
+// Settles reports whether the engine's store is a tollgate.Settler, so
+// that Reserve and Settle can be used.
+func (e *Engine) Settles() bool { return e.settler != nil }
+
+// spend is Spend, or Reserve when reserve is set.
+func (q *Request) spend(p *Point, policy, key string, l tollgate.Limit, n int, reserve bool) (Step, int64) {
 	if c := l.Capacity(); c > 0 && n > c {
 		// Over whatever the counter holds, and waiting will not help: the
 		// longest honest wait.
 		err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
-		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}
+		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}, 0
 	}
 	ctx, fresh := q.context()
 	if !fresh && expired(ctx) {
@@ -148,13 +172,25 @@ func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) S
 		if p.Skipped != nil {
 			p.Skipped.Inc()
 		}
-		return q.fail(ctx, p, policy, l, context.DeadlineExceeded, false)
+		return q.fail(ctx, p, policy, l, context.DeadlineExceeded, false), 0
 	}
 	var start time.Time
 	if p.Latency != nil {
 		start = time.Now()
 	}
-	res, err := q.e.store.AllowN(ctx, key, l, n)
+	var (
+		res tollgate.Result
+		at  int64
+		err error
+	)
+	switch {
+	case !reserve:
+		res, err = q.e.store.AllowN(ctx, key, l, n)
+	case q.e.settler != nil:
+		res, at, err = q.e.settler.ReserveN(ctx, key, l, n)
+	default:
+		err = fmt.Errorf("%T cannot settle reservations", q.e.store)
+	}
 	if p.Latency != nil {
 		p.Latency.Observe(time.Since(start).Seconds())
 	}
@@ -162,14 +198,51 @@ func (q *Request) Spend(p *Point, policy, key string, l tollgate.Limit, n int) S
 	case err == nil:
 	case errors.Is(err, tollgate.ErrCostExceedsBurst):
 		// A store that counts capacity its own way: the same answer.
-		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}
+		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}, 0
 	default:
-		return q.fail(ctx, p, policy, l, err, true)
+		return q.fail(ctx, p, policy, l, err, true), 0
 	}
 	if res.Allowed {
-		return Step{Outcome: Allowed, Result: res}
+		return Step{Outcome: Allowed, Result: res}, at
 	}
-	return Step{Outcome: deny(p), Result: res}
+	return Step{Outcome: deny(p), Result: res}, at
+}
+
+// Settle corrects what the reservation of reserved, made by Reserve on key
+// under l at the store's clock at, spent, by actual − reserved (see
+// tollgate.Settler), on behalf of the rule at p. It is a store call like
+// any other: bounded by the request's deadline, which Begin must have been
+// given a context the end of the request does not cancel
+// (context.WithoutCancel), and when the store fails or misses the
+// deadline, counted in p's Errors or Timeouts and logged (sampled). Its
+// error is for tests: the request it corrects has already been answered,
+// and the estimate stands.
+func (q *Request) Settle(p *Point, policy, key string, l tollgate.Limit, at int64, reserved, actual int) error {
+	if actual == reserved {
+		return nil // nothing to correct
+	}
+	if q.e.settler == nil {
+		return fmt.Errorf("%T cannot settle reservations", q.e.store)
+	}
+	ctx, fresh := q.context()
+	if !fresh && expired(ctx) {
+		if p.Skipped != nil {
+			p.Skipped.Inc()
+		}
+		return context.DeadlineExceeded
+	}
+	var start time.Time
+	if p.Latency != nil {
+		start = time.Now()
+	}
+	_, err := q.e.settler.SettleN(ctx, key, l, at, reserved, actual)
+	if p.Latency != nil {
+		p.Latency.Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		q.report(ctx, p, policy, "estimate_stands", err, "tollgate: store failed to settle a reservation; the estimate stands")
+	}
+	return err
 }
 
 func deny(p *Point) Outcome {
@@ -183,7 +256,6 @@ func deny(p *Point) Outcome {
 // failure mode, counts it and logs it (sampled). The key is not logged: it
 // may be an API key.
 func (q *Request) fail(ctx context.Context, p *Point, policy string, l tollgate.Limit, err error, called bool) Step {
-	e := q.e
 	st := Step{Outcome: FailedOpen, Result: tollgate.Result{Limit: l}, Err: err}
 	if p.Mode == FailClosed && !p.DryRun {
 		st.Outcome = FailedClosed
@@ -191,11 +263,20 @@ func (q *Request) fail(ctx context.Context, p *Point, policy string, l tollgate.
 	if !called {
 		return st
 	}
+	q.report(ctx, p, policy, st.Outcome.String(), err, "tollgate: store failed; answered by the rule's failure mode")
+	return st
+}
+
+// report counts a failed store call of the rule at p in its Errors, or
+// Timeouts when the deadline passed (once per request, even when its calls
+// were made at once), and logs it, sampled, as msg with outcome saying what
+// was done instead.
+func (q *Request) report(ctx context.Context, p *Point, policy, outcome string, err error, msg string) {
+	e := q.e
 	c := p.Errors
 	if IsTimeout(ctx, err) {
-		// One timeout per request, even when its calls were made at once.
 		if q.timedOut.Swap(true) {
-			return st
+			return
 		}
 		if p.Timeouts != nil {
 			c = p.Timeouts
@@ -206,17 +287,16 @@ func (q *Request) fail(ctx context.Context, p *Point, policy string, l tollgate.
 	}
 	ok, skipped := e.failLog.Allow(e.now())
 	if !ok {
-		return st
+		return
 	}
 	attrs := []slog.Attr{slog.String("rule", p.Rule)}
 	if policy != "" {
 		attrs = append(attrs, slog.String("policy", policy))
 	}
-	attrs = append(attrs, slog.String("outcome", st.Outcome.String()), slog.String("error", err.Error()), guard.Skipped(skipped))
+	attrs = append(attrs, slog.String("outcome", outcome), slog.String("error", err.Error()), guard.Skipped(skipped))
 	// WithoutCancel: the record must not be dropped by a handler that
 	// checks the (probably expired) request context.
-	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: store failed; answered by the rule's failure mode", attrs...)
-	return st
+	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, msg, attrs...)
 }
 
 // expired reports whether ctx is done or past its deadline. The store
