@@ -49,8 +49,8 @@ type Spec[Req any] struct {
 // the decision loop every transport shares. Make it with NewRules at start;
 // it is safe for concurrent use.
 type Rules[Req any] struct {
-	rules  []prepared[Req]
-	engine *Engine
+	rules   []prepared[Req]
+	engine  *Engine
 	set     settings
 	pkg     string // starts error messages
 	settles bool   // some rule settles
