@@ -105,8 +105,14 @@ type Rule struct {
 	Cost func(*http.Request) int
 	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode
-	// DryRun rules report (headers, metrics) but never block.
+	// DryRun rules report (headers, metrics) but never block. A dry-run
+	// rule that settles settles too: it counts.
 	DryRun bool
+	// Settle, if set, makes Cost an estimate that is corrected by the real
+	// cost once the response is done: from a response header or trailer,
+	// a function of the status and headers, or a refund by status. See
+	// Settle; the store must be a tollgate.Settler.
+	Settle *Settle
 }
 
 // Rejection describes a request the Limiter turns away, for a custom
@@ -135,9 +141,11 @@ type Rejection struct {
 // Limiter is the middleware. Make one with New and wrap handlers with
 // Handler. It is safe for concurrent use.
 type Limiter struct {
-	rules  *ruleset.Rules[call]
-	reject func(http.ResponseWriter, *http.Request, Rejection)
-	wait   func(context.Context, time.Duration) error
+	rules    *ruleset.Rules[call]
+	reject   func(http.ResponseWriter, *http.Request, Rejection)
+	wait     func(context.Context, time.Duration) error
+	settlers []*settler // by rule; nil for a rule that does not settle
+	hide     []string   // the Settle headers kept from clients
 }
 
 // call is what the rules see of a request: the request, and how to find
@@ -220,10 +228,21 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		f(&o)
 	}
 	specs := make([]ruleset.Spec[call], len(rules))
+	settlers := make([]*settler, len(rules))
+	var hide []string
 	for i, cfg := range rules {
 		s, err := spec(cfg)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Settle != nil {
+			if settlers[i], err = newSettler(cfg.Name, cfg.Settle); err != nil {
+				return nil, err
+			}
+			s.Settles = true
+			if st := settlers[i]; st.hide && !contains(hide, st.header) {
+				hide = append(hide, st.header)
+			}
 		}
 		specs[i] = s
 	}
@@ -231,7 +250,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{rules: rs, reject: o.reject, wait: rs.Sleep}, nil
+	return &Limiter{rules: rs, reject: o.reject, wait: rs.Sleep, settlers: settlers, hide: hide}, nil
 }
 
 // spec is cfg in the terms of the shared rule machinery: its matching, and its funcs seeing the
@@ -292,9 +311,14 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if v.Delay > 0 {
 		if err := l.wait(ctx, v.Delay); err != nil {
+			l.rules.Refund(ctx, &f.rules) // not served
 			l.rejectWith(w, r, Rejection{Status: http.StatusServiceUnavailable, RetryAfter: v.Delay, Err: err})
 			return
 		}
+	}
+	if f.rules.Holds() {
+		l.serveSettled(w, r, next, &f.rules)
+		return
 	}
 	next.ServeHTTP(w, r)
 }

@@ -36,14 +36,15 @@ type held struct {
 // Settle corrects the reservations the request whose Scratch is s made
 // under rules that settle: actual(rule) gives the real cost under the
 // rule at that index of the specs given to NewRules, once per rule with
-// reservations, called before Settle returns (it may read the response).
-// An error from actual means the response reported a cost that cannot be
-// used: the estimate stands, and it is counted (bad_costs_total) and
-// logged, sampled, with the error's text, which must not hold the value.
+// reservations, called before Settle returns (it may read the response);
+// ok false leaves the estimate standing. An error from actual, or a
+// negative cost, means the response reported a cost that cannot be used:
+// the estimate stands, and it is counted (bad_costs_total) and logged,
+// sampled, with the error's text, which must not hold the value.
 // The store calls run in the background and Settle returns at once; Drain
 // waits for them. ctx is the request's: its values are kept, its end does
 // not cancel the settle.
-func (rs *Rules[Req]) Settle(ctx context.Context, s *Scratch, actual func(rule int) (int, error)) {
+func (rs *Rules[Req]) Settle(ctx context.Context, s *Scratch, actual func(rule int) (n int, ok bool, err error)) {
 	if s == nil || len(s.held) == 0 {
 		return
 	}
@@ -55,18 +56,23 @@ func (rs *Rules[Req]) Settle(ctx context.Context, s *Scratch, actual func(rule i
 			h.actual = hs[i-1].actual // one response, one cost per rule
 			continue
 		}
-		n, err := actual(h.rule)
-		if err == nil && n < 0 {
-			err = errors.New("negative cost")
+		n, ok, err := actual(h.rule)
+		if err == nil && ok && n < 0 {
+			err = ErrCostNotCount
 		}
 		if err != nil {
 			rs.badCost(ctx, h.rule, err)
+		}
+		if err != nil || !ok {
 			n = h.cost
 		}
 		h.actual = n
 	}
 	rs.settleLater(ctx, hs)
 }
+
+// Holds reports whether the request holds reservations to settle.
+func (s *Scratch) Holds() bool { return len(s.held) > 0 }
 
 // Refund gives back everything the request whose Scratch is s reserved:
 // for a request that was not served after all (a shaping delay it could
