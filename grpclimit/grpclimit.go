@@ -90,8 +90,14 @@ type Rule struct {
 	Cost func(ctx context.Context, fullMethod string) int
 	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode
-	// DryRun rules report (metadata, metrics) but never block.
+	// DryRun rules report (metadata, metrics) but never block. A dry-run
+	// rule that settles settles too: it counts.
 	DryRun bool
+	// Settle, if set, makes Cost an estimate that is corrected by the real
+	// cost once the call is done: from trailer metadata, a function of the
+	// status code and trailers, or a refund by status code. See Settle;
+	// the store must be a tollgate.Settler.
+	Settle *Settle
 }
 
 // Key says whom a rule counts a call against. Store keys are namespaced as
@@ -175,6 +181,8 @@ type Limiter struct {
 	rules    *ruleset.Rules[call]
 	ipHeader string
 	wait     func(context.Context, time.Duration) error
+	settlers []*settler // by rule; nil for a rule that does not settle
+	hide     []string   // the Settle trailers kept from clients
 }
 
 // Option configures a Limiter: the same options as httplimit's, which every
@@ -224,10 +232,21 @@ func WithClock(now func() time.Time) Option { return ruleset.WithClock(now) }
 // New returns a Limiter applying rules against store.
 func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 	specs := make([]ruleset.Spec[call], len(rules))
+	settlers := make([]*settler, len(rules))
+	var hide []string
 	for i, cfg := range rules {
 		s, err := spec(cfg)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Settle != nil {
+			if settlers[i], err = newSettler(cfg.Name, cfg.Settle); err != nil {
+				return nil, err
+			}
+			s.Settles = true
+			if st := settlers[i]; st.hide && !contains(hide, st.trailer) {
+				hide = append(hide, st.trailer)
+			}
 		}
 		specs[i] = s
 	}
@@ -235,7 +254,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{rules: rs, ipHeader: strings.ToLower(rs.ClientIP().Header()), wait: rs.Sleep}, nil
+	return &Limiter{rules: rs, ipHeader: strings.ToLower(rs.ClientIP().Header()), wait: rs.Sleep, settlers: settlers, hide: hide}, nil
 }
 
 // spec is cfg in the terms of the shared rule machinery: its method matching, and its funcs
@@ -280,45 +299,63 @@ func methodMatcher(m string, match func(ctx context.Context, fullMethod string) 
 // UnaryServerInterceptor checks each unary call before its handler runs.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, err := l.check(ctx, info.FullMethod)
+		md, s, err := l.check(ctx, info.FullMethod)
 		if md.Len() > 0 {
 			_ = grpc.SetHeader(ctx, md) // fails only if headers were sent: they were not
 		}
 		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		if s == nil || !s.Holds() {
+			return handler(ctx, req)
+		}
+		m, mctx := l.newMeter(ctx, info.FullMethod)
+		resp, err := handler(mctx, req)
+		l.settle(ctx, s, m, err)
+		return resp, err
 	}
 }
 
 // StreamServerInterceptor checks each stream once, when it opens.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, err := l.check(ss.Context(), info.FullMethod)
+		ctx := ss.Context()
+		md, s, err := l.check(ctx, info.FullMethod)
 		if md.Len() > 0 {
 			_ = ss.SetHeader(md)
 		}
 		if err != nil {
 			return err
 		}
-		return handler(srv, ss)
+		if s == nil || !s.Holds() {
+			return handler(srv, ss)
+		}
+		m, mctx := l.newMeter(ctx, info.FullMethod)
+		err = handler(srv, &meteredStream{ServerStream: ss, ctx: mctx, m: m})
+		l.settle(ctx, s, m, err)
+		return err
 	}
 }
 
 // check decides a call and returns the rate-limit header metadata and, when
-// the call must not proceed, its status error.
-func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error) {
-	v, ds := l.rules.Decide(ctx, call{ctx: ctx, method: method, ips: l.rules.ClientIP(), ipHeader: l.ipHeader}, nil, nil)
-	md := l.metadata(ds)
+// the call must not proceed, its status error. When rules settle, s holds
+// the call's reservations.
+func (l *Limiter) check(ctx context.Context, method string) (md metadata.MD, s *ruleset.Scratch, err error) {
+	if l.rules.Settles() {
+		s = new(ruleset.Scratch)
+	}
+	v, ds := l.rules.Decide(ctx, call{ctx: ctx, method: method, ips: l.rules.ClientIP(), ipHeader: l.ipHeader}, nil, s)
+	md = l.metadata(ds)
 	if v.Outcome.Blocks() {
-		return md, l.denial(v)
+		return md, nil, l.denial(v)
 	}
 	if v.Delay > 0 {
 		if err := l.wait(ctx, v.Delay); err != nil {
-			return md, status.FromContextError(err).Err()
+			l.rules.Refund(ctx, s) // not served
+			return md, nil, status.FromContextError(err).Err()
 		}
 	}
-	return md, nil
+	return md, s, nil
 }
 
 // metadata renders the decisions as header metadata: the chosen flavours
