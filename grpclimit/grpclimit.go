@@ -23,6 +23,12 @@
 // A stream is checked once, when it opens: limit the number of streams, not
 // the messages in them.
 //
+// A Rule with Settle reserves its Cost as an estimate and corrects it when
+// the handler returns, by the real cost the call reports in its trailer
+// metadata (the tokens of a completion), a function of the status code and
+// trailers, or a refund by status code (the server's own failures): see
+// Settle.
+//
 // Concurrency limits how many calls run at once per key instead, across
 // replicas, over a tollgate.ConcurrencyStore: a call or stream holds a slot
 // while its handler runs.

@@ -33,6 +33,17 @@
 // the request waits its turn (Result.Delay), bounded by the request's
 // context, before the handler runs.
 //
+// # Costs known after the response
+//
+// A Rule with Settle reserves its Cost as an estimate and corrects it once
+// the handler has returned, by the real cost the response reports: a
+// header or trailer the handler sets (the tokens of an LLM completion, the
+// bytes or rows served), a function of the status and headers, or a refund
+// by status (a 5xx the client did not cause). A refund gives the estimate
+// back; a cost above the estimate is charged too, below zero if need be,
+// and the key's next requests wait out the debt. The rate-limit headers of
+// such a response describe the reservation. See Settle.
+//
 // # Concurrency limits
 //
 // Concurrency returns middleware of the same shape that bounds how many
