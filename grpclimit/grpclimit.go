@@ -92,7 +92,8 @@ type Rule struct {
 	// PoliciesFunc, if set, picks the policies per call instead.
 	PoliciesFunc func(ctx context.Context, fullMethod string) []Policy
 	// Cost, if set, says what a call spends (default 1); below 1 it is not
-	// counted.
+	// counted. With Settle, it is the estimate reserved before the handler
+	// runs.
 	Cost func(ctx context.Context, fullMethod string) int
 	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode

@@ -112,7 +112,8 @@ type Rule struct {
 	// plan or per tenant); nil or empty means the rule does not apply.
 	PoliciesFunc func(*http.Request) []Policy
 	// Cost, if set, says how much a request spends (default 1). A cost
-	// below 1 means the request is not counted by this rule.
+	// below 1 means the request is not counted by this rule. With Settle,
+	// it is the estimate reserved before the handler runs.
 	Cost func(*http.Request) int
 	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
 	FailureMode FailureMode
