@@ -1,6 +1,7 @@
 package grpclimit_test
 
 import (
+	"context"
 	"log"
 
 	"google.golang.org/grpc"
@@ -34,4 +35,28 @@ func Example() {
 		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()),
 	)
 	_ = srv // register services, then srv.Serve(listener)
+}
+
+// A completion service billed in tokens: each call reserves an estimate of
+// 500 of its tenant's 10,000 tokens a minute, and is settled to the count
+// the handler reports in the x-tokens-used trailer (grpc.SetTrailer),
+// which clients do not see; the server's own failures are refunded.
+func ExampleSettle() {
+	tenant := grpclimit.Metadata("x-tenant")
+	lim, err := grpclimit.New(memorystore.New(), []grpclimit.Rule{{
+		Name:     "completions",
+		Method:   "/acme.Model/Complete",
+		Key:      tenant,
+		Policies: []grpclimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10_000)}},
+		Cost:     func(context.Context, string) int { return 500 },
+		Settle:   &grpclimit.Settle{Trailer: "x-tokens-used", Hide: true, Refund: grpclimit.ServerError},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()),
+	)
+	_ = srv // register the service, srv.Serve(listener); at shutdown srv.GracefulStop(), then lim.Drain(ctx)
 }

@@ -124,3 +124,42 @@ func ExampleConcurrency() {
 	// acme: 200
 	// acme again: 200
 }
+
+// An endpoint billed in LLM tokens: each request reserves an estimate of
+// 500 of its tenant's 10,000 tokens a minute before the model runs, and is
+// settled to the count the handler reports in the X-Tokens-Used trailer,
+// which clients do not see; a 5xx is refunded. The RateLimit header
+// describes the reservation; the next request sees the settled count.
+func ExampleSettle() {
+	lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
+		Name:     "completions",
+		Pattern:  "POST /v1/completions",
+		Key:      httplimit.Header("X-Tenant"),
+		Policies: []httplimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10_000)}},
+		Cost:     func(*http.Request) int { return 500 },
+		Settle:   &httplimit.Settle{Header: "X-Tokens-Used", Hide: true, Refund: httplimit.ServerError},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	model := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("fail") {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Trailer", "X-Tokens-Used")
+		fmt.Fprintln(w, "Once upon a time…")
+		w.Header().Set("X-Tokens-Used", "120") // counted by the model
+	})
+	handler := lim.Handler(model)
+
+	for _, target := range []string{"/v1/completions", "/v1/completions?fail", "/v1/completions"} {
+		r := httptest.NewRequest("POST", target, nil)
+		r.Header.Set("X-Tenant", "acme")
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Printf("%d RateLimit: %s X-Tokens-Used: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("X-Tokens-Used"))
+		_ = lim.Drain(r.Context()) // the settle runs after the response
+	}
+	// Output:
+}
