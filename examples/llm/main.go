@@ -144,8 +144,11 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 		},
 		// The real count, from the model: a refund of what it did not
 		// produce, a charge for what it produced beyond the estimate, and
-		// all of it back when the model failed.
-		Settle: &httplimit.Settle{Header: "X-Tokens-Used", Refund: httplimit.ServerError},
+		// all of it back when the model failed, or when the concurrency
+		// limit behind this rule turned the request away (429).
+		Settle: &httplimit.Settle{Header: "X-Tokens-Used", Refund: func(status int) bool {
+			return status == http.StatusTooManyRequests || httplimit.ServerError(status)
+		}},
 	}}, httplimit.WithRegistry(reg), httplimit.WithLogger(logger), httplimit.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		return nil, nil, err
