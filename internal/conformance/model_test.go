@@ -41,6 +41,9 @@ func TestGenCoversTheSpace(t *testing.T) {
 				if got, want := model.Capacity(l), int64(l.Capacity()); got != want {
 					t.Fatalf("%v: model capacity %d, Limit.Capacity %d", l, got, want)
 				}
+				if p, _ := l.Params(); model.MaxDebt(l) != p.MaxDebt {
+					t.Fatalf("%v: model MaxDebt %d, Params.MaxDebt %d", l, model.MaxDebt(l), p.MaxDebt)
+				}
 				minRate, maxRate = min(minRate, l.Rate), max(maxRate, l.Rate)
 				minPeriod, maxPeriod = min(minPeriod, l.Period), max(maxPeriod, l.Period)
 				switch {
