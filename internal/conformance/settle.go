@@ -171,6 +171,15 @@ func settleScenarios() []settleScenario {
 			out = append(out, sc)
 		}
 		out = append(out, expiredScenario(a, admitted(1, 66667*us)))
+		// At the edge of what a double counts: a token is 31,536,000,000,000
+		// parts at 9,999,991 a year, and (200 + MaxDebt) of them must stay
+		// below 2^53: MaxDebt is 85, not the burst of 200.
+		edge := tollgate.Limit{Algorithm: a, Rate: 9_999_991, Period: 365 * 24 * time.Hour, Burst: 200}
+		out = append(out, settleScenario{name: "debt at the edge of 2^53", limit: edge, steps: []settleStep{
+			reserve(0, 200, admitted(0, 630_720_568*us)),
+			settle(0, 0, 1000, 0, 898_776_809*us), // 285 intervals: owes 85
+			reserve(0, 1, refused(0, 271_209_845*us, 898_776_809*us)),
+		}})
 	}
 	out = append(out,
 		// 2/s, burst 1, up to 1s of delay: capacity 3, MaxDebt 3.
