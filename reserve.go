@@ -128,8 +128,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, estimate
 // less than its estimate, an extra charge when it cost more (see Settler for
 // what each algorithm does). It returns the key's state after the
 // correction. A second Settle (or Refund) returns ErrSettled and changes
-// nothing; so does nothing a Settle of a denied reservation, which returns
-// its Result. A negative actual is ErrInvalidCost, and the reservation stays
+// nothing. A Settle of a denied reservation, which spent nothing, changes
+// nothing either and returns its Result, with no error. A negative actual is ErrInvalidCost, and the reservation stays
 // unsettled. A store that fails leaves the reservation settled, the
 // correction perhaps not made: a retry could count it twice.
 //
