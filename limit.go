@@ -246,7 +246,12 @@ type Params struct {
 	Capacity int64
 	// MaxDebt is the most cost a key may owe beyond its capacity after a
 	// Settler's extra charge (see Settler): one Capacity, less where the
-	// doubled state would not count exactly below 2^53.
+	// doubled state would not count exactly below 2^53. For FixedWindow
+	// and SlidingWindowLog it is Rate; for SlidingWindowCounter
+	// min(Rate, ⌊2^53/4 ÷ steps⌋ − Rate), steps the period in the
+	// counter's grains; for the bucket algorithms max(0, min(Capacity,
+	// ⌊(2^53 − 1)/Unit⌋ − Capacity)), so (Capacity + MaxDebt) × Unit <
+	// 2^53, and (Burst + MaxDebt) × IntervalUS ≤ 2^47 µs.
 	MaxDebt int64
 }
 
