@@ -187,7 +187,7 @@ func concurrencyScenarios() []cscenario {
 		{"a name held is not taken twice", []cstep{
 			named(acq(0, 3, 10*sec, 2), "req-a"),
 			holding(named(full(2*sec, 3, 10*sec, 8*sec), "req-a"), 1, 8*sec), // until its own lease ends
-			acq(2*sec, 3, 10*sec, 1), // other permits still fit
+			acq(2*sec, 3, 10*sec, 1),                                         // other permits still fit
 			relNamed(3*sec, "req-a"),
 			holding(named(acq(3*sec, 3, 10*sec, 1), "req-a"), 2, 10*sec), // released: the name is free again
 		}},
@@ -195,7 +195,7 @@ func concurrencyScenarios() []cscenario {
 			named(acq(0, 1, 5*sec, 0), "req-a"),
 			named(full(4*sec, 1, 5*sec, 1*sec), "req-b"),
 			named(acq(5*sec, 1, 5*sec, 0), "req-b"), // the lost release came back after the lease
-			relNamed(6*sec, "req-a"),               // late: its slot is req-b's, and stays so
+			relNamed(6*sec, "req-a"),                // late: its slot is req-b's, and stays so
 			holding(named(full(6*sec, 1, 5*sec, 4*sec), "req-c"), 1, 4*sec),
 			named(acq(6*sec, 2, 5*sec, 0), "req-a"), // the lapsed name may be taken again
 		}},
