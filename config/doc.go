@@ -56,6 +56,7 @@
 // A descriptor may carry a concurrency limit instead of a rate_limit
 // (tollgate's own key; a descriptor with both is an error):
 //
+//	descriptors:
 //	- key: tenant
 //	  concurrency:
 //	    max_in_flight: 5     # 1 to 10,000 requests of one tenant at once

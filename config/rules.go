@@ -250,6 +250,7 @@ func (r *Rule) DenyAll() bool { return !r.Unlimited && r.Concurrency == nil && r
 // Concurrency is a concurrency rule's limit, as a file's concurrency
 // mapping writes it:
 //
+//	descriptors:
 //	- key: tenant
 //	  concurrency:
 //	    max_in_flight: 5   # requests of one tenant in flight at once
