@@ -104,10 +104,11 @@ const (
 	invalidOverride           // a descriptor's own limit no store can count with
 	invalidTooLarge           // a body over the size bound
 	invalidAuth               // the auth endpoint: a missing header, a bad path or query
+	invalidPhase              // a tollgate.phase it does not know, a release that names no permit
 	numInvalid
 )
 
-var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth"}
+var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth", "phase"}
 
 // check refuses a request past the bounds before any rule is looked up.
 func (s *Server) check(api int, req *pb.RateLimitRequest) error {
@@ -148,6 +149,9 @@ func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) err
 		r := it.rule
 		if r == nil || it.dropped {
 			continue
+		}
+		if r.Concurrency != nil && it.phase == phaseStreamDone && it.permit == "" {
+			return s.invalid(api, invalidPhase, fmt.Sprintf("descriptor %d: a stream-done call of a concurrency rule must name the request's permit (%s)", i, PermitKey))
 		}
 		if it.state == nil { // a descriptor's own limit
 			if r.Unlimited {
