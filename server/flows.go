@@ -118,6 +118,16 @@ func (s *Server) stripMarks(api int, req *pb.RateLimitRequest) (*pb.RateLimitReq
 	return out, marks, nil
 }
 
+// streamDone reports whether entries mark a stream-done call.
+func streamDone(entries []*rlv3.RateLimitDescriptor_Entry) bool {
+	for _, e := range entries {
+		if e.GetKey() == PhaseKey && e.GetValue() == PhaseStreamDone {
+			return true
+		}
+	}
+	return false
+}
+
 func hasReserved(entries []*rlv3.RateLimitDescriptor_Entry) bool {
 	for _, e := range entries {
 		if k := e.GetKey(); strings.HasPrefix(k, reservedPrefix) && (k == PhaseKey || k == PermitKey) {

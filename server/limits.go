@@ -66,7 +66,9 @@ func WithMaxEntries(n int) Option {
 // request or on a descriptor (default DefaultMaxHits); a request with a
 // larger one is invalid. The rule's cost multiplies it afterwards, and a
 // total above what the rule can ever admit at once (Limit.Capacity) is
-// invalid too. n ≤ 0 keeps the default.
+// invalid too. A descriptor's hits_addend on a stream-done call
+// (PhaseStreamDone) is not bounded by it: that charge spends at most its
+// rule's capacity, however many hits it reports. n ≤ 0 keeps the default.
 func WithMaxHits(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
@@ -129,7 +131,10 @@ func (s *Server) check(api int, req *pb.RateLimitRequest) error {
 		if n := len(d.GetEntries()); n > s.maxEntries {
 			return s.invalid(api, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
 		}
-		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) {
+		// A stream-done charge spends at most its rule's capacity (see
+		// charge), whatever its hits: its cost to the store is bounded
+		// without refusing a response that reports many tokens.
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) && !streamDone(d.GetEntries()) {
 			return s.invalid(api, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
 		}
 	}

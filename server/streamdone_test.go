@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -98,5 +101,31 @@ descriptors:
 				})
 			}
 		})
+	}
+}
+
+// TestStreamDoneChargeAboveMaxHits: a stream-done charge is bounded by the
+// rule's capacity, not refused: a response may report more tokens than
+// WithMaxHits lets a request-start call spend, and refusing the charge
+// would count none of them.
+func TestStreamDoneChargeAboveMaxHits(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, "domain: llm\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100000, algorithm: token_bucket}\n")
+	for _, tc := range []struct {
+		name  string
+		calls []call
+	}{
+		{"charged past max hits", []call{
+			{"start", []*rlv3.RateLimitDescriptor{d(-1, "tenant", "acme")}, "OK"},
+			{"done: 1,000,000 tokens", []*rlv3.RateLimitDescriptor{d(1_000_000, "tenant", "acme", PhaseKey, PhaseStreamDone)}, "OK"},
+			{"next start", []*rlv3.RateLimitDescriptor{d(-1, "tenant", "acme")}, "OVER_LIMIT"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runFlow(t, s, tc.calls) })
+	}
+	// A request-start call past the bound is still refused.
+	_, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{d(DefaultMaxHits+1, "tenant", "beta")}})
+	if got, want := status.Code(err), codes.InvalidArgument; got != want {
+		t.Errorf("a start past max hits: %v, want %v", err, want)
 	}
 }
