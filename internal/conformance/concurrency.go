@@ -400,8 +400,8 @@ func invalidConcurrency(t *testing.T, s tollgate.ConcurrencyStore, clock *Clock)
 	}
 }
 
-// ConcurrencyModel runs a random sequence of Acquire, Release and Renew on a
-// few keys through the store b makes, with a clock that stands still, moves
+// ConcurrencyModel runs a random sequence of Acquire (a third of them
+// AcquireID, under names that repeat), Release and Renew on a few keys through the store b makes, with a clock that stands still, moves
 // forward in small and large steps and (if b.StepsBack) back, and checks
 // every answer against a deliberately simple model: per key, a list of
 // (ID, expiry) from which each call on the key first drops what has lapsed.
@@ -461,14 +461,28 @@ func ConcurrencyModel(t *testing.T, b ConcurrencyBackend, steps int, seed uint64
 		switch r := rng.IntN(100); {
 		case r < 50 || len(granted) == 0:
 			max := 1 + rng.IntN(4)
-			p, got, err := store.Acquire(ctx, key, max, lease)
+			var (
+				p   tollgate.Permit
+				got tollgate.ConcurrencyResult
+				err error
+				id  string // a named permit's ID, from a small pool so that names repeat
+			)
+			if rng.IntN(3) == 0 {
+				id = tollgate.PermitID(fmt.Sprint("request-", rng.IntN(6)))
+				p, got, err = store.AcquireID(ctx, key, id, max, lease)
+			} else {
+				p, got, err = store.Acquire(ctx, key, max, lease)
+			}
 			if err != nil {
 				t.Fatalf("step %d: Acquire: %v", i, err)
 			}
 			keep(key)
 			live := drop(key, now)
 			want := tollgate.ConcurrencyResult{Max: max}
-			if len(live) < max {
+			if k := slices.IndexFunc(live, func(h held) bool { return id != "" && h.id == id }); k >= 0 {
+				// The name is held: denied until that permit lapses.
+				want.RetryAfter = live[k].exp.Sub(now)
+			} else if len(live) < max {
 				want.Allowed, want.Remaining = true, max-len(live)-1
 			} else {
 				exps := make([]time.Time, len(live))
@@ -485,8 +499,8 @@ func ConcurrencyModel(t *testing.T, b ConcurrencyBackend, steps int, seed uint64
 				denied++
 			} else {
 				admitted++
-				if !p.Expires.Equal(now.Add(lease)) {
-					t.Fatalf("step %d: permit expires at %v, want %v", i, p.Expires, now.Add(lease))
+				if !p.Expires.Equal(now.Add(lease)) || id != "" && p.ID != id {
+					t.Fatalf("step %d: permit %+v, want one expiring at %v (ID %q if named)", i, p, now.Add(lease), id)
 				}
 				model[key] = append(live, held{p.ID, p.Expires})
 				granted = append(granted, p)
