@@ -129,7 +129,8 @@ func ExampleConcurrency() {
 // 500 of its tenant's 10,000 tokens a minute before the model runs, and is
 // settled to the count the handler reports in the X-Tokens-Used trailer,
 // which clients do not see; a 5xx is refunded. The RateLimit header
-// describes the reservation; the next request sees the settled count.
+// describes the reservation; the next request sees the settled count:
+// 10,000 − 120 used − its own 500 reserved.
 func ExampleSettle() {
 	lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
 		Name:     "completions",
@@ -162,4 +163,7 @@ func ExampleSettle() {
 		_ = lim.Drain(r.Context()) // the settle runs after the response
 	}
 	// Output:
+	// 200 RateLimit: "tokens";r=9500;t=3 X-Tokens-Used: ""
+	// 503 RateLimit: "tokens";r=9380;t=4 X-Tokens-Used: ""
+	// 200 RateLimit: "tokens";r=9380;t=4 X-Tokens-Used: ""
 }
