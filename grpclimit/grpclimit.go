@@ -214,8 +214,8 @@ func WithClientIP(r *clientip.Resolver) Option { return ruleset.WithClientIP(r) 
 func WithHeaders(f headers.Flavor) Option { return ruleset.WithHeaders(f) }
 
 // WithRegistry registers the metrics (tollgate_grpc_decisions_total,
-// tollgate_grpc_store_duration_seconds, tollgate_grpc_store_errors_total)
-// on reg.
+// tollgate_grpc_store_duration_seconds, tollgate_grpc_store_errors_total,
+// and for rules that settle tollgate_grpc_bad_costs_total) on reg.
 func WithRegistry(reg prometheus.Registerer) Option { return ruleset.WithRegistry(reg) }
 
 // WithMetrics records into m, shared with other Limiters.

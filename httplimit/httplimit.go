@@ -201,8 +201,8 @@ func WithClientIP(r *clientip.Resolver) Option { return shared(ruleset.WithClien
 func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)) }
 
 // WithRegistry registers the metrics (tollgate_http_decisions_total,
-// tollgate_http_store_duration_seconds, tollgate_http_store_errors_total)
-// on reg. Without it or WithMetrics nothing is recorded.
+// tollgate_http_store_duration_seconds, tollgate_http_store_errors_total,
+// and for rules that settle tollgate_http_bad_costs_total) on reg. Without it or WithMetrics nothing is recorded.
 func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
 
 // WithMetrics records into m, shared with other Limiters or Engines.

@@ -136,10 +136,26 @@ type meter struct {
 }
 
 // WriteHeader records the final status (not a 1xx, but 101), having taken
-// the hidden headers out.
+// the hidden headers out. An informational response (103 Early Hints)
+// sends the header as it is then: the hidden headers are kept out of it
+// too, and put back for the final one.
 func (m *meter) WriteHeader(code int) {
 	if m.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		m.written(code)
+	} else if m.status == 0 && len(m.hide) > 0 {
+		h := m.ResponseWriter.Header()
+		kept := make(map[string][]string, len(m.hide))
+		for _, name := range m.hide {
+			if vs, ok := h[name]; ok {
+				kept[name] = vs
+				delete(h, name)
+			}
+		}
+		m.ResponseWriter.WriteHeader(code)
+		for name, vs := range kept {
+			h[name] = vs
+		}
+		return
 	}
 	m.ResponseWriter.WriteHeader(code)
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"testing"
@@ -264,6 +266,8 @@ func TestSettleHide(t *testing.T) {
 		{"unannounced trailer shown", "late&used=3", false, "", "3", false, false},
 		{"unannounced trailer hidden", "late&used=3", true, "", "", false, false},
 		{"other trailers stay", "trailer&used=3&other", true, "", "", false, true},
+		{"early hints shown", "hints&used=3", false, "3", "", false, false},
+		{"early hints hidden", "hints&used=3", true, "", "", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -273,13 +277,38 @@ func TestSettleHide(t *testing.T) {
 					w.Header().Add("Trailer", "X-Checksum")
 					defer func() { w.Header().Set("X-Checksum", "abc") }()
 				}
+				if r.URL.Query().Has("hints") {
+					w.Header().Set("X-Tokens-Used", "3")
+					w.Header().Set("Link", "</style.css>; rel=preload")
+					w.WriteHeader(http.StatusEarlyHints)
+				}
 				meteredHandler(w, r)
 			})
+			var hints []textproto.MIMEHeader
+			trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				hints = append(hints, h)
+				return nil
+			}}
 			srv := httptest.NewServer(lim.Handler(handler))
 			defer srv.Close()
-			resp, err := http.Get(srv.URL + "/?" + tc.query)
+			req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", srv.URL+"/?"+tc.query, nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range hints {
+				if got, want := h.Get("X-Tokens-Used"), tc.header; got != want {
+					t.Errorf("103 Early Hints X-Tokens-Used = %q, want %q", got, want)
+				}
+				if h.Get("Link") == "" {
+					t.Errorf("103 Early Hints lost its Link: %v", h)
+				}
+			}
+			if got, want := len(hints) > 0, strings.Contains(tc.query, "hints"); got != want {
+				t.Errorf("got early hints: %v, want %v", got, want)
 			}
 			// The client moves the Trailer header's names into Trailer.
 			_, announced := resp.Trailer["X-Tokens-Used"]
