@@ -32,6 +32,9 @@ import (
 //     and no further store call for a request whose deadline has passed, so
 //     one slow request counts one timeout however many limits it spends;
 //   - dry run (shadow mode): decided and reported, never blocking;
+//   - for a cost known only after the response, a reservation (Reserve,
+//     through the store's ReserveN) and its correction (Settle), the
+//     settle bounded, counted and logged as every store call is;
 //   - store latency, errors and skipped calls in the caller's metrics
 //     (Point), and failures logged at most once per log interval.
 //
