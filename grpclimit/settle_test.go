@@ -337,7 +337,7 @@ func TestSettleStoreFails(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			logs := &logRecorder{}
 			lim := mustNew(t, redisstore.New(srv.Client(t)), []grpclimit.Rule{genRule(&grpclimit.Settle{Trailer: "x-tokens-used"})},
-				grpclimit.WithTimeout(time.Second), grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(logs)))
+				grpclimit.WithTimeout(3*time.Second), grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(logs)))
 			conn := serveGen(t, lim, func() {
 				if err := tc.fail(srv); err != nil {
 					t.Error(err)
@@ -352,6 +352,15 @@ func TestSettleStoreFails(t *testing.T) {
 			}
 			if got := tr.Get("x-tokens-used"); len(got) != 1 || got[0] != "1" {
 				t.Errorf("trailer x-tokens-used = %q, want the handler's", got)
+			}
+			if tc.name == "paused" {
+				// The settle waits for the paused Redis until its deadline,
+				// seconds away: the response did not wait for it.
+				done, cancel := context.WithCancel(context.Background())
+				cancel()
+				if err := lim.Drain(done); err == nil {
+					t.Error("the settle was over when the response returned: the response waited for it")
+				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

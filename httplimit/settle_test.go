@@ -471,7 +471,7 @@ func TestSettleStoreFails(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			logs := &logRecorder{}
 			lim := mustNew(t, redisstore.New(srv.Client(t)), []httplimit.Rule{tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"})},
-				httplimit.WithTimeout(time.Second), httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(logs)))
+				httplimit.WithTimeout(3*time.Second), httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(logs)))
 			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := tc.fail(srv); err != nil {
 					t.Error(err)
@@ -485,6 +485,15 @@ func TestSettleStoreFails(t *testing.T) {
 			}
 			if got, want := remaining(t, w.Header(), "tokens"), int64(6); got != want {
 				t.Errorf("RateLimit r = %d, want %d", got, want)
+			}
+			if tc.name == "paused" {
+				// The settle waits for the paused Redis until its deadline,
+				// seconds away: the response did not wait for it.
+				done, cancel := context.WithCancel(context.Background())
+				cancel()
+				if err := lim.Drain(done); err == nil {
+					t.Error("the settle was over when the response returned: the response waited for it")
+				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
