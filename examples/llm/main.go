@@ -171,8 +171,8 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 }
 
 // generator is the fake model: ?tokens=N words (default 50), one every
-// tokenDelay, streamed as they come, stopping early when the client goes
-// away; ?fail answers 500 without generating. The tokens produced are
+// tokenDelay (or ?delay=, a duration), streamed as they come, stopping
+// early when the client goes away; ?fail answers 500 without generating. The tokens produced are
 // reported in the X-Tokens-Used trailer, which is what the limiter
 // settles.
 type generator struct{ tokenDelay time.Duration }
@@ -192,7 +192,11 @@ func (g generator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	used := 0
 	defer func() { w.Header().Set("X-Tokens-Used", strconv.Itoa(used)) }()
-	t := time.NewTicker(g.tokenDelay)
+	delay := g.tokenDelay
+	if d, err := time.ParseDuration(q.Get("delay")); err == nil && d > 0 {
+		delay = d
+	}
+	t := time.NewTicker(delay)
 	defer t.Stop()
 	for used < want {
 		select {

@@ -206,7 +206,7 @@ func TestTwoReplicas(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := replicas[i%2]
-				req, _ := http.NewRequestWithContext(ctx, "POST", r.url+"/v1/completions?max_tokens=10&tokens=1000000", nil)
+				req, _ := http.NewRequestWithContext(ctx, "POST", r.url+"/v1/completions?max_tokens=10&tokens=1000&delay=1s", nil)
 				req.Header.Set("X-Tenant", "globex")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -232,7 +232,8 @@ func TestTwoReplicas(t *testing.T) {
 		if got[200] != 2 || got[429] != 4 {
 			t.Errorf("statuses %v, want 2 generating (200) and 4 refused (429) across the replicas", got)
 		}
-		// The cancelled generations gave their slots back.
+		// The cancelled generations gave their slots back (and cost a
+		// token or two each: a token a second).
 		testkit.Eventually(t, "a free slot", func() bool {
 			resp, _ := replicas[1].complete(t, "globex", "max_tokens=10&tokens=1")
 			return resp.StatusCode == 200

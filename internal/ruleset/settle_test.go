@@ -183,7 +183,7 @@ func TestSettleStepFails(t *testing.T) {
 	srv := redistest.NewServer(t)
 	defer srv.Resume()
 	logs := &testkit.Logs{}
-	e := ruleset.New(redisstore.New(srv.Client(t)), ruleset.WithTimeout(time.Second), ruleset.WithLogger(slog.New(logs)))
+	e := ruleset.New(redisstore.New(srv.Client(t)), ruleset.WithTimeout(2*time.Second), ruleset.WithLogger(slog.New(logs)))
 	errs := prometheus.NewCounter(prometheus.CounterOpts{Name: "errors"})
 	timeouts := prometheus.NewCounter(prometheus.CounterOpts{Name: "timeouts"})
 	p := &ruleset.Point{Rule: "tokens", Errors: errs, Timeouts: timeouts}
