@@ -34,6 +34,6 @@ func ExecBatch(s *Store, calls []BatchCall) {
 	}
 	s.pipe.exec(b)
 	for i := range calls {
-		calls[i].Res, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
+		calls[i].Res, _, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
 	}
 }

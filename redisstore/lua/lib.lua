@@ -118,6 +118,21 @@ local function muldiv(v, to, from, limit, up)
   return math.min(q, limit)
 end
 
+-- rescale converts a token bucket's tokens, kept in units of 1/from token,
+-- to units of 1/to token (the rate changed), exactly: rounded down and at
+-- most hi. Tokens below 0 are a debt left by a settle's extra charge
+-- (settle.lua): rounded to the larger debt, and at most MaxDebt of a
+-- bucket of burst tokens counted in units of 1/to (limit.go's formula),
+-- which keeps every later sum below 2^53 — a debt counted under a much
+-- finer unit could not be.
+local function rescale(v, to, from, hi, burst)
+  if v >= 0 then
+    return muldiv(v, to, from, hi, false)
+  end
+  local most = math.max(0, math.min(burst, fdiv(9007199254740991, to) - burst)) * to
+  return -muldiv(-v, to, from, most, true)
+end
+
 -- run makes the decisions of one call and returns the reply. Each
 -- algorithm's file ends with run(decide, nargs, nowarg, KEYS, ARGV) (as a
 -- Redis 7 function, the same with the function's keys and arguments):
@@ -126,7 +141,13 @@ end
 -- by run.
 --
 -- With one key (keys[1], argv[1 .. nargs]) the reply is that decision's,
--- and an error stops the call as any script error does. With more, the call
+-- and an error stops the call as any script error does.
+--
+-- Each decision's reply gets the time it was made at, in µs, as a sixth
+-- integer: a reservation (Store.ReserveN) needs it to settle later, and
+-- appending it here costs a call less than reading TIME again from Go, and
+-- needs no argument saying whether it is wanted (an argument costs Redis
+-- more than an integer in the reply). With more, the call
 -- is a batch: keys[i] is decided with argv[(i-1)*nargs + 1 .. i*nargs], in
 -- order, and the reply is an array holding each decision's reply or its
 -- error, so one bad decision fails no other. Why a batch:
@@ -145,7 +166,10 @@ end
 --     what it wrote before failing stays, as it would had it run alone.
 local function run(decide, nargs, nowarg, keys, argv)
   if #keys == 1 then
-    return decide(keys[1], argv, 0, clock(argv[nowarg]))
+    local now = clock(argv[nowarg])
+    local r = decide(keys[1], argv, 0, now)
+    r[6] = now -- an error reply ignores it
+    return r
   end
   if #argv ~= #keys * nargs then
     return redis.error_reply('tollgate: a batch needs ' .. nargs .. ' arguments a key')
@@ -166,6 +190,7 @@ local function run(decide, nargs, nowarg, keys, argv)
     if not ok and type(r) ~= 'table' then
       r = redis.error_reply(tostring(r))
     end
+    r[6] = now
     out[i] = r
   end
   return out

@@ -20,7 +20,11 @@
 --     stands still (no refill) until the clock passes ts again; durations
 --     in the reply include that lag, so they are true in the caller's time.
 --   * u is stored so a changed rate rescales the tokens instead of
---     misreading them: exactly, rounded down (never more than the key had).
+--     misreading them: exactly, rounded down (never more than the key had),
+--     a debt rounded up and to at most the new limit's MaxDebt.
+--   * Tokens may be below 0: a debt a settle's extra charge left
+--     (settle.lua), which refills like any shortfall; every quantity stays
+--     below 2^53 because Go bounds the debt (Params.MaxDebt).
 --   * A denied request, or n = 0, writes nothing: the stored state still
 --     describes the bucket exactly.
 --   * The TTL is the time until the bucket is full again: an idle key
@@ -54,7 +58,7 @@ local function decide(key, argv, o, now)
       return corrupt()
     end
     if u ~= unit then
-      tokens = muldiv(tokens, unit, u, capacity)
+      tokens = rescale(tokens, unit, u, capacity, capacity / unit)
     end
     if now > ts then
       tokens = tokens + (now - ts) * rate
@@ -90,7 +94,13 @@ local function decide(key, argv, o, now)
     -- reported here.
     expire(key, reset)
   end
-  return {allowed, fdiv(tokens, unit), retry, reset, 0}
+  -- Tokens below 0 are a debt (a settle charged more than the bucket
+  -- held): nothing remains.
+  local remaining = 0
+  if tokens > 0 then
+    remaining = fdiv(tokens, unit)
+  end
+  return {allowed, remaining, retry, reset, 0}
 end
 
 return run(decide, 5, 5, KEYS, ARGV)

@@ -1,0 +1,390 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+// settleStep is one call at T0+at: a decision (AllowN), a reservation
+// (ReserveN) or a settle of a reservation made at T0+resAt of cost n whose
+// actual cost was actual. want is its Result; a settle's is always a look.
+type settleStep struct {
+	at     time.Duration
+	op     string // "allow", "reserve" or "settle"
+	n      int
+	actual int
+	resAt  time.Duration
+	want   want
+	// same: the call must leave the key's value and TTL as they were
+	// (DUMP); gone: no key afterwards; card, when above 0: the number of
+	// entries of a sliding window log afterwards.
+	same, gone bool
+	card       int64
+}
+
+type want struct {
+	allowed       bool
+	remaining     int
+	retry, reset  time.Duration
+	delay         time.Duration
+	checkDelayToo bool
+}
+
+func ok(remaining int, reset time.Duration) want {
+	return want{allowed: true, remaining: remaining, reset: reset}
+}
+
+func deny(retry, reset time.Duration) want { return want{retry: retry, reset: reset} }
+
+// The cases count in hours where their comments say seconds: Redis expires
+// keys in real time while the test's clock stands still, and a state must
+// outlive a slow machine between two steps. sec is the cases' second, ms
+// their millisecond.
+const (
+	sec = time.Hour
+	ms  = sec / 1000
+)
+
+// settleCases are worked by hand from the Settler contract, in the limits'
+// own units: for 10 per second a token is 100ms of refill.
+var settleCases = []struct {
+	name  string
+	limit tollgate.Limit
+	steps []settleStep
+}{
+	{"token bucket", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, bucketSteps},
+	{"leaky bucket policer", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: sec, Burst: 10}, bucketSteps},
+	{"gcra", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 10}, append(bucketSteps[:len(bucketSteps)-3:len(bucketSteps)-3],
+		// The clock steps back: GCRA keeps the TAT, so the half second the
+		// clock went back counts against the key (token_bucket's time
+		// stands still instead).
+		settleStep{at: 6 * sec, op: "reserve", n: 4, want: ok(6, 400*ms)},
+		settleStep{at: 5500 * ms, op: "settle", n: 4, actual: 2, resAt: 6 * sec, want: ok(3, 700*ms)},
+		settleStep{at: 5500 * ms, op: "allow", n: 4, want: want{remaining: 3, retry: 100 * ms, reset: 700 * ms}},
+	)},
+	{"token bucket without state", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, freshSteps},
+	{"gcra without state", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 10}, freshSteps},
+	{"leaky bucket without state", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: sec, Burst: 10}, freshSteps},
+	{"gcra fractions", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: sec + time.Microsecond, Burst: 5}, []settleStep{
+		// The interval T is 1,200,000,000⅓ µs.
+		{op: "reserve", n: 1, want: ok(4, 1200000001*time.Microsecond)},
+		// Two intervals more: the TAT is 3T = 3,600,000,001 µs exactly.
+		{op: "settle", n: 1, actual: 3, want: ok(2, 3600000001*time.Microsecond)},
+		{op: "settle", n: 3, actual: 1, want: ok(4, 1200000001*time.Microsecond)},
+		// A charge of min(20, 5 + 5 + 1) − 1 = 10: the TAT at most
+		// Burst + MaxDebt = 10 intervals ahead, 12,000,000,003⅓ µs.
+		{op: "settle", n: 1, actual: 20, want: ok(0, 12000000004*time.Microsecond)},
+		// Admitted once the TAT is within 4 intervals: at 6T.
+		{op: "allow", n: 1, want: deny(7200000002*time.Microsecond, 12000000004*time.Microsecond)},
+		{at: 7200000002 * time.Microsecond, op: "allow", want: ok(1, 4800000002*time.Microsecond)},
+	}},
+	{"leaky bucket shaper", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: sec, Burst: 2, MaxDelay: sec}, []settleStep{
+		// Capacity 2 + 10 queued within a second = 12, MaxDebt 12.
+		{op: "reserve", n: 5, want: want{allowed: true, reset: 500 * ms, delay: 300 * ms, checkDelayToo: true}},
+		// A charge of min(30, 24 + 5) − 5 = 24, to at most 24.
+		{op: "settle", n: 5, actual: 30, want: ok(0, 2400*ms)},
+		{op: "allow", n: 1, want: deny(1300*ms, 2400*ms)},
+		{op: "settle", n: 5, actual: 0, want: ok(0, 1900*ms)},
+		{at: 1800 * ms, op: "allow", n: 1, want: want{allowed: true, reset: 200 * ms, checkDelayToo: true}},
+	}},
+	{"fixed window", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: sec}, []settleStep{
+		{at: 100 * ms, op: "reserve", n: 3, want: ok(2, 900*ms)},
+		{at: 200 * ms, op: "settle", n: 3, actual: 1, resAt: 100 * ms, want: ok(4, 800*ms)},
+		{at: 300 * ms, op: "settle", n: 1, actual: 4, resAt: 100 * ms, want: ok(1, 700*ms)},
+		// A charge of min(20, 5 + 5 + 1) − 1 = 10, the count to at most 10.
+		{at: 300 * ms, op: "settle", n: 1, actual: 20, resAt: 100 * ms, want: ok(0, 700*ms)},
+		{at: 300 * ms, op: "allow", n: 1, want: deny(700*ms, 700*ms)},
+		// The reservation's window ended: the refund changes a count that
+		// no longer counts, and the key is left to expire.
+		{at: 1200 * ms, op: "settle", n: 3, actual: 0, resAt: 100 * ms, want: ok(5, 0)},
+		// A charge counts in the window of the settle, a fresh one.
+		{at: 1300 * ms, op: "settle", n: 1, actual: 3, resAt: 100 * ms, want: ok(3, 700*ms)},
+		{at: 1400 * ms, op: "reserve", n: 1, want: ok(2, 600*ms)},
+		// The stored window is not the reservation's: nothing.
+		{at: 1400 * ms, op: "settle", n: 3, actual: 0, resAt: 100 * ms, want: ok(2, 600*ms), same: true},
+		// The clock stepped back into window 0: the charge counts in the
+		// newer stored window 1.
+		{at: 500 * ms, op: "settle", n: 1, actual: 2, resAt: 1400 * ms, want: ok(1, 1500*ms)},
+	}},
+	{"sliding window counter", tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 10, Period: sec}, []settleStep{
+		{at: 100 * ms, op: "reserve", n: 6, want: ok(4, 1900*ms)},
+		{at: 100 * ms, op: "settle", n: 6, actual: 2, resAt: 100 * ms, want: ok(8, 1900*ms)},
+		// Window 1, half way: the previous window's 2 weigh 1.
+		{at: 1500 * ms, op: "allow", n: 1, want: ok(8, 1500*ms)},
+		// The reservation's window is now the previous one.
+		{at: 1500 * ms, op: "settle", n: 6, actual: 0, resAt: 100 * ms, want: ok(9, 1500*ms)},
+		// A charge of min(30, 10 + 10 + 1) − 1 = 20, the count to at most 20.
+		{at: 1500 * ms, op: "settle", n: 1, actual: 30, resAt: 1500 * ms, want: ok(0, 1500*ms)},
+		// 21 > 10: in window 2, once 20 × (1 − step) ≤ 9: step 0.55.
+		{at: 1500 * ms, op: "allow", n: 1, want: deny(1050*ms, 1500*ms)},
+		// Window 2, half way: the 20 weigh 10.
+		{at: 2500 * ms, op: "allow", want: ok(0, 500*ms)},
+		// The stored window (1) is the reservation's, and now the previous
+		// one: 15 weigh 7.5.
+		{at: 2500 * ms, op: "settle", n: 5, actual: 0, resAt: 1500 * ms, want: ok(2, 500*ms)},
+		// The stored window is neither the reservation's (3) nor the one
+		// after it: nothing to refund.
+		{at: 3500 * ms, op: "settle", n: 5, actual: 0, resAt: 3500 * ms, want: ok(10, 0), same: true},
+	}},
+	{"sliding window log", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 5, Period: sec}, []settleStep{
+		{at: 100 * ms, op: "reserve", n: 3, want: ok(2, sec)},
+		{at: 200 * ms, op: "reserve", n: 1, want: ok(1, sec)},
+		{at: 300 * ms, op: "settle", n: 3, actual: 1, resAt: 100 * ms, want: ok(3, 900*ms), card: 2},
+		// Only one entry of its instant is left to remove.
+		{at: 300 * ms, op: "settle", n: 3, actual: 0, resAt: 100 * ms, want: ok(4, 900*ms), card: 1},
+		{at: 300 * ms, op: "settle", n: 3, actual: 0, resAt: 100 * ms, want: ok(4, 900*ms), same: true},
+		{at: 500 * ms, op: "reserve", n: 3, want: ok(1, sec)},
+		{at: 500 * ms, op: "settle", n: 3, actual: 1, resAt: 500 * ms, want: ok(3, sec), card: 2},
+		// Added after the two removed: none merges with one left.
+		{at: 500 * ms, op: "reserve", n: 2, want: ok(1, sec), card: 4},
+		// A charge of 10, up to Rate + MaxDebt = 10 entries: 6 added.
+		{at: 600 * ms, op: "settle", n: 1, actual: 20, resAt: 500 * ms, want: ok(0, sec), card: 10},
+		// The 6th oldest entry (at 600ms) must leave the window.
+		{at: 600 * ms, op: "allow", n: 1, want: deny(sec, sec)},
+		// The entries at 200 and 500ms lapsed; the charge drops them.
+		{at: 1550 * ms, op: "settle", n: 1, actual: 2, resAt: 1550 * ms, want: ok(0, sec), card: 7},
+	}},
+	{"sliding window log without state", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 5, Period: sec}, []settleStep{
+		{op: "settle", n: 3, actual: 0, want: ok(5, 0), gone: true},
+		{at: 10 * ms, op: "settle", n: 1, actual: 4, resAt: 5 * ms, want: ok(2, sec), card: 3},
+	}},
+}
+
+// bucketSteps work alike for a token bucket, a policing leaky bucket and
+// GCRA of 10 per second, burst 10 (Capacity 10, MaxDebt 10).
+var bucketSteps = []settleStep{
+	{op: "reserve", n: 4, want: ok(6, 400*ms)},
+	{op: "settle", n: 4, actual: 1, want: ok(9, 100*ms)},
+	{op: "settle", n: 4, actual: 10, want: ok(3, 700*ms)},
+	// A charge of min(20, 10 + 10 + 1) − 1 = 19, to a debt of at most 10.
+	{op: "settle", n: 1, actual: 20, want: ok(0, 2*sec)},
+	{op: "allow", n: 1, want: deny(1100*ms, 2*sec)},
+	{at: 1500 * ms, op: "allow", want: ok(5, 500*ms)},
+	// actual = reserved: a look that writes nothing.
+	{at: 1500 * ms, op: "settle", n: 1, actual: 1, want: ok(5, 500*ms), same: true},
+	// A refund into a full bucket.
+	{at: 5 * sec, op: "settle", n: 5, actual: 0, want: ok(10, 0)},
+	// The clock steps back half a second after a reservation: time stands
+	// still for the key, and the durations include the half second.
+	{at: 6 * sec, op: "reserve", n: 4, want: ok(6, 400*ms)},
+	{at: 5500 * ms, op: "settle", n: 4, actual: 2, resAt: 6 * sec, want: ok(8, 700*ms)},
+	{at: 5500 * ms, op: "allow", n: 4, want: ok(4, 1100*ms)},
+}
+
+// freshSteps settle a key with no state: a refund writes nothing, a charge
+// starts one.
+var freshSteps = []settleStep{
+	{op: "settle", n: 3, actual: 0, want: ok(10, 0), gone: true},
+	{op: "settle", n: 1, actual: 4, want: ok(7, 300*ms)},
+}
+
+func TestSettleCases(t *testing.T) {
+	t.Parallel()
+	for _, topo := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+		load   bool
+	}{{"standalone", standalone, false}, {"standalone functions", standalone, true}, {"cluster", clustered, false}, {"cluster functions", clustered, true}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range settleCases {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					rdb := topo.client(t)
+					clock := conformance.NewClock()
+					s := redisstore.New(rdb, redisstore.WithClock(clock.Now))
+					if topo.load {
+						if err := s.Load(context.Background()); err != nil {
+							t.Fatal(err)
+						}
+					}
+					runSettleSteps(t, rdb, s, clock, key(t), tc.limit, tc.steps)
+				})
+			}
+		})
+	}
+}
+
+func runSettleSteps(t *testing.T, rdb redis.UniversalClient, s *redisstore.Store, clock *conformance.Clock, k string, limit tollgate.Limit, steps []settleStep) {
+	t.Helper()
+	ctx := context.Background()
+	name := s.Key(k, limit)
+	for i, st := range steps {
+		clock.Set(st.at)
+		before := dump(t, rdb, name)
+		beforeTTL := rdb.PTTL(ctx, name).Val()
+		var (
+			got tollgate.Result
+			err error
+		)
+		switch st.op {
+		case "allow":
+			got, err = s.AllowN(ctx, k, limit, st.n)
+		case "reserve":
+			var at int64
+			got, at, err = s.ReserveN(ctx, k, limit, st.n)
+			if err == nil && at != clock.Now().UnixMicro() {
+				t.Errorf("step %d: ReserveN at %d, want the clock's %d", i, at, clock.Now().UnixMicro())
+			}
+		case "settle":
+			got, err = s.SettleN(ctx, k, limit, conformance.T0.Add(st.resAt).UnixMicro(), st.n, st.actual)
+		}
+		if err != nil {
+			t.Fatalf("step %d (%s %d at T0+%v): %v", i, st.op, st.n, st.at, err)
+		}
+		w := st.want
+		if got.Allowed != w.allowed || got.Remaining != w.remaining || got.RetryAfter != w.retry || got.ResetAfter != w.reset ||
+			(w.checkDelayToo && got.Delay != w.delay) {
+			t.Fatalf("step %d (%s %d→%d at T0+%v): got %+v, want %+v", i, st.op, st.n, st.actual, st.at, got, w)
+		}
+		switch {
+		case st.same:
+			if after := dump(t, rdb, name); string(after) != string(before) {
+				t.Errorf("step %d: the key changed", i)
+			}
+			// Real time runs: the TTL may only have run down.
+			if ttl := rdb.PTTL(ctx, name).Val(); ttl > beforeTTL {
+				t.Errorf("step %d: TTL %v, was %v", i, ttl, beforeTTL)
+			}
+		case st.gone:
+			if n := rdb.Exists(ctx, name).Val(); n != 0 {
+				t.Errorf("step %d: the key exists", i)
+			}
+		case st.op == "settle" && w.reset > 0:
+			// The TTL a decision that wrote sets: ResetAfter in whole ms,
+			// less the real time since (a second covers a slow machine).
+			want := (w.reset + time.Millisecond - 1).Truncate(time.Millisecond)
+			if ttl := rdb.PTTL(ctx, name).Val(); ttl > want || ttl < want-time.Second {
+				t.Errorf("step %d: TTL %v, want %v", i, ttl, want)
+			}
+		}
+		if st.card > 0 {
+			if got, want := rdb.ZCard(ctx, name).Val(), st.card; got != want {
+				t.Errorf("step %d: the log holds %d entries, want %d", i, got, want)
+			}
+		}
+	}
+}
+
+// TestSettleInvalid: every argument CheckSettle rejects fails before
+// anything reaches Redis, and no error names the key.
+func TestSettleInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := server.Client(t)
+	s := redisstore.New(rdb)
+	k := "secret-api-key-" + key(t)
+	limit := tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: time.Second}
+	now := time.Now().UnixMicro()
+	for _, tc := range []struct {
+		name             string
+		key              string
+		limit            tollgate.Limit
+		at               int64
+		reserved, actual int
+		want             error
+	}{
+		{"no key", "", limit, now, 1, 1, tollgate.ErrInvalidKey},
+		{"bad limit", k, tollgate.Limit{Rate: 0, Period: time.Second}, now, 1, 1, tollgate.ErrInvalidLimit},
+		{"reserved 0", k, limit, now, 0, 1, tollgate.ErrInvalidCost},
+		{"reserved above capacity", k, limit, now, 6, 1, tollgate.ErrCostExceedsBurst},
+		{"negative actual", k, limit, now, 1, -1, tollgate.ErrInvalidCost},
+		{"negative at", k, limit, -1, 1, 0, tollgate.ErrInvalidCost},
+		{"at past 2250", k, limit, 1 << 53, 1, 0, tollgate.ErrInvalidCost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.SettleN(ctx, tc.key, tc.limit, tc.at, tc.reserved, tc.actual)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if !strings.HasPrefix(err.Error(), "redisstore: ") {
+				t.Errorf("err = %q, want it to start with the package's name", err)
+			}
+		})
+	}
+	if n := rdb.Exists(ctx, s.Key(k, limit)).Val(); n != 0 {
+		t.Errorf("an invalid settle wrote the key")
+	}
+}
+
+// TestSettleCorrupt: a key tollgate did not write is an error that does not
+// name the key, and stays as it was.
+func TestSettleCorrupt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := server.Client(t)
+	clock := conformance.NewClock()
+	s := redisstore.New(rdb, redisstore.WithClock(clock.Now))
+	for _, a := range tollgate.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			k := "secret-api-key-" + key(t)
+			limit := tollgate.Limit{Algorithm: a, Rate: 5, Period: time.Second}
+			name := s.Key(k, limit)
+			if a == tollgate.SlidingWindowLog {
+				rdb.ZAdd(ctx, name, redis.Z{Score: float64(clock.Now().UnixMicro()), Member: "someone else's"})
+			} else if a == tollgate.GCRA {
+				rdb.Set(ctx, name, "someone else's", 0)
+			} else {
+				rdb.HSet(ctx, name, "t", "x", "l", "x", "w", "x", "c", "x", "p", "x", "ts", "x", "u", "x")
+			}
+			before := dump(t, rdb, name)
+			_, err := s.SettleN(ctx, k, limit, clock.Now().UnixMicro(), 1, 3)
+			if err == nil || strings.Contains(err.Error(), k) || !strings.Contains(err.Error(), "unexpected state") {
+				t.Fatalf("err = %v, want an unexpected state that does not name the key", err)
+			}
+			if after := dump(t, rdb, name); string(after) != string(before) {
+				t.Errorf("a failed settle changed the key")
+			}
+		})
+	}
+}
+
+// TestReserveServerTime: without a clock, ReserveN returns the Redis
+// server's TIME at the decision, alone and in a pipeline, and a settle at
+// that time finds the reservation (a sliding window log's entries).
+func TestReserveServerTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := server.Client(t)
+	limit := tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 10, Period: time.Hour}
+	for _, tc := range []struct {
+		name string
+		opts []redisstore.Option
+	}{{"alone", nil}, {"pipelined", []redisstore.Option{redisstore.WithPipeline(time.Millisecond, 8)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redisstore.New(rdb, tc.opts...)
+			k := key(t)
+			before, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, at, err := s.ReserveN(ctx, k, limit, 3)
+			if err != nil || !res.Allowed {
+				t.Fatalf("ReserveN: %+v, %v", res, err)
+			}
+			after, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at < before.UnixMicro() || at > after.UnixMicro() {
+				t.Errorf("ReserveN at %d, want the server's time, between %d and %d", at, before.UnixMicro(), after.UnixMicro())
+			}
+			res, err = s.SettleN(ctx, k, limit, at, 3, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := res.Remaining, 9; got != want {
+				t.Errorf("Remaining after the refund = %d, want %d", got, want)
+			}
+		})
+	}
+}
