@@ -29,6 +29,8 @@ type settleStep struct {
 	// entries of a sliding window log afterwards.
 	same, gone bool
 	card       int64
+	// under, when set, is the limit of this step instead of the case's.
+	under tollgate.Limit
 }
 
 type want struct {
@@ -71,6 +73,22 @@ var settleCases = []struct {
 		settleStep{at: 5500 * ms, op: "settle", n: 4, actual: 2, resAt: 6 * sec, want: ok(3, 700*ms)},
 		settleStep{at: 5500 * ms, op: "allow", n: 4, want: want{remaining: 3, retry: 100 * ms, reset: 700 * ms}},
 	)},
+	// A debt kept under one rate and read under another is converted
+	// exactly, rounded to the larger debt, and to at most the new limit's
+	// MaxDebt: 10 tokens owed at 10 per second are 10 owed at 20 per second
+	// (11 tokens to wait for, at 50ms each). 10,000,000 owed are at most
+	// 101,999 owed at 999,983 per second with burst 2,400,000, whose tokens
+	// count in units so fine (3,600,000,000 a token) that a larger debt
+	// would not count exactly below 2^53.
+	{"token bucket debt under a new rate", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, []settleStep{
+		{op: "settle", n: 1, actual: 30, want: ok(0, 2*sec)},
+		{op: "allow", n: 1, want: deny(550*ms, sec), under: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 20, Period: sec, Burst: 10}},
+	}},
+	{"token bucket debt clamped under a new rate", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10_000_000, Period: sec, Burst: 10_000_000}, []settleStep{
+		{op: "settle", n: 1, actual: 30_000_000, want: ok(0, 2*sec)},
+		// ⌈(2,400,000 + 101,999) × 3,600,000,000 ÷ 999,983⌉ µs to refill.
+		{op: "allow", want: ok(0, 9007349525*time.Microsecond), under: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 999_983, Period: sec, Burst: 2_400_000}},
+	}},
 	{"token bucket without state", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, freshSteps},
 	{"gcra without state", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 10}, freshSteps},
 	{"leaky bucket without state", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: sec, Burst: 10}, freshSteps},
@@ -217,9 +235,13 @@ func TestSettleCases(t *testing.T) {
 func runSettleSteps(t *testing.T, rdb redis.UniversalClient, s *redisstore.Store, clock *conformance.Clock, k string, limit tollgate.Limit, steps []settleStep) {
 	t.Helper()
 	ctx := context.Background()
-	name := s.Key(k, limit)
 	for i, st := range steps {
 		clock.Set(st.at)
+		limit := limit
+		if st.under != (tollgate.Limit{}) {
+			limit = st.under
+		}
+		name := s.Key(k, limit)
 		before := dump(t, rdb, name)
 		beforeTTL := rdb.PTTL(ctx, name).Val()
 		var (

@@ -70,7 +70,8 @@ local function decide(key, argv, o, now)
   local lag = ts - now -- > 0 only when the clock went backwards
   local cost = n * unit
   local allowed, retry, reset = 0, 0, 0
-  if tokens >= cost then
+  -- n = 0 only looks: always allowed, even by a key in debt.
+  if n == 0 or tokens >= cost then
     allowed = 1
     tokens = tokens - cost
   end
