@@ -22,13 +22,19 @@ import (
 // come once per request, after the response, off the path of its
 // admission.
 func (s *Store) SettleN(ctx context.Context, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, error) {
+	res, _, err := s.settle(ctx, key, limit, at, reserved, actual)
+	return res, err
+}
+
+// settle is SettleN that also returns the time the settle was made at (µs).
+func (s *Store) settle(ctx context.Context, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, int64, error) {
 	p, d, err := tollgate.CheckSettle(key, limit, at, reserved, actual)
 	if err != nil {
-		return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: %w", err)
+		return tollgate.Result{Limit: limit}, 0, fmt.Errorf("redisstore: %w", err)
 	}
 	now, err := s.clock()
 	if err != nil {
-		return tollgate.Result{Limit: limit}, err
+		return tollgate.Result{Limit: limit}, 0, err
 	}
 	keys := []string{s.Key(key, limit)}
 	args := settleArgs(p, at, d, now)
@@ -45,13 +51,9 @@ func (s *Store) SettleN(ctx context.Context, key string, limit tollgate.Limit, a
 	// Errors name the algorithm, never the key (see result).
 	if err != nil {
 		s.failed(err)
-		return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: settle %s: %w", limit.Algorithm, err)
+		return tollgate.Result{Limit: limit}, 0, fmt.Errorf("redisstore: settle %s: %w", limit.Algorithm, err)
 	}
-	res, _, err := s.result(limit, reply, nil)
-	if err != nil {
-		return res, fmt.Errorf("redisstore: settle: %w", err)
-	}
-	return res, nil
+	return s.result(limit, reply, nil)
 }
 
 // settleArgs returns lua/settle.lua's arguments (ARGV) for a settle of the

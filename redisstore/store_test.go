@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		raceChild() // a re-executed copy of this binary: see race_test.go
 		return
 	}
+	if os.Getenv(settleChildEnv) != "" {
+		settleChild() // see settle_race_test.go
+		return
+	}
 	var err error
 	if server, err = redistest.StartServer(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
