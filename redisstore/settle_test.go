@@ -25,7 +25,7 @@ type settleStep struct {
 	resAt  time.Duration
 	want   want
 	// same: the call must leave the key's value and TTL as they were
-	// (DUMP); gone: no key afterwards; card, when above 0: the number of
+	// (DUMP), its TTL as a look sets it; gone: no key afterwards; card, when above 0: the number of
 	// entries of a sliding window log afterwards.
 	same, gone bool
 	card       int64
@@ -83,6 +83,24 @@ var settleCases = []struct {
 	{"token bucket debt under a new rate", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, []settleStep{
 		{op: "settle", n: 1, actual: 30, want: ok(0, 2*sec)},
 		{op: "allow", n: 1, want: deny(550*ms, sec), under: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 20, Period: sec, Burst: 10}},
+		// A lowered burst (4, MaxDebt 4) forgives all but 4 of the debt.
+		{op: "allow", want: ok(0, 800*ms), under: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 4}},
+	}},
+	// A charge never lowers what a key spent: a key filled beyond the cap
+	// of a lowered limit stays where it is.
+	{"leaky bucket above a lowered cap", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: sec, Burst: 10}, []settleStep{
+		{op: "settle", n: 1, actual: 30, want: ok(0, 2*sec)},
+		{op: "settle", n: 1, actual: 2, want: ok(0, 2*sec), under: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: sec, Burst: 4}},
+	}},
+	{"gcra above a lowered cap", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 10}, []settleStep{
+		{op: "settle", n: 1, actual: 30, want: ok(0, 2*sec)},
+		{op: "settle", n: 1, actual: 2, want: ok(0, 2*sec), under: tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 4}},
+	}},
+	{"fixed window above a lowered cap", tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: sec}, []settleStep{
+		{op: "settle", n: 1, actual: 30, want: ok(0, sec)},
+		{op: "settle", n: 1, actual: 2, want: ok(0, sec), under: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 2, Period: sec}},
+		// The count stayed 10.
+		{op: "allow", want: ok(2, sec), under: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 12, Period: sec}},
 	}},
 	{"token bucket debt clamped under a new rate", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10_000_000, Period: sec, Burst: 10_000_000}, []settleStep{
 		{op: "settle", n: 1, actual: 30_000_000, want: ok(0, 2*sec)},
@@ -243,7 +261,6 @@ func runSettleSteps(t *testing.T, rdb redis.UniversalClient, s *redisstore.Store
 		}
 		name := s.Key(k, limit)
 		before := dump(t, rdb, name)
-		beforeTTL := rdb.PTTL(ctx, name).Val()
 		var (
 			got tollgate.Result
 			err error
@@ -273,9 +290,11 @@ func runSettleSteps(t *testing.T, rdb redis.UniversalClient, s *redisstore.Store
 			if after := dump(t, rdb, name); string(after) != string(before) {
 				t.Errorf("step %d: the key changed", i)
 			}
-			// Real time runs: the TTL may only have run down.
-			if ttl := rdb.PTTL(ctx, name).Val(); ttl > beforeTTL {
-				t.Errorf("step %d: TTL %v, was %v", i, ttl, beforeTTL)
+			// A look sets the TTL to ResetAfter, in whole ms, when above 0.
+			if want := (w.reset + time.Millisecond - 1).Truncate(time.Millisecond); w.reset > 0 {
+				if ttl := rdb.PTTL(ctx, name).Val(); ttl > want || ttl < want-time.Second {
+					t.Errorf("step %d: TTL %v, want %v", i, ttl, want)
+				}
 			}
 		case st.gone:
 			if n := rdb.Exists(ctx, name).Val(); n != 0 {

@@ -118,19 +118,24 @@ local function muldiv(v, to, from, limit, up)
   return math.min(q, limit)
 end
 
+-- debt returns the most a token bucket of burst tokens, counted in units
+-- of 1/unit token, may owe after a settle's extra charge, in units: its
+-- MaxDebt (limit.go), which keeps every sum of tokens and refill below 2^53.
+local function debt(burst, unit)
+  return math.max(0, math.min(burst, fdiv(9007199254740991, unit) - burst)) * unit
+end
+
 -- rescale converts a token bucket's tokens, kept in units of 1/from token,
 -- to units of 1/to token (the rate changed), exactly: rounded down and at
--- most hi. Tokens below 0 are a debt left by a settle's extra charge
--- (settle.lua): rounded to the larger debt, and at most MaxDebt of a
--- bucket of burst tokens counted in units of 1/to (limit.go's formula),
--- which keeps every later sum below 2^53 — a debt counted under a much
--- finer unit could not be.
+-- most hi. Tokens below 0 are a debt a settle's extra charge left
+-- (settle.lua): rounded to the larger debt, and at most the MaxDebt of a
+-- bucket of burst tokens under the new unit — a debt counted under a much
+-- coarser unit would not count exactly under a fine one.
 local function rescale(v, to, from, hi, burst)
   if v >= 0 then
     return muldiv(v, to, from, hi, false)
   end
-  local most = math.max(0, math.min(burst, fdiv(9007199254740991, to) - burst)) * to
-  return -muldiv(-v, to, from, most, true)
+  return -muldiv(-v, to, from, debt(burst, to), true)
 end
 
 -- run makes the decisions of one call and returns the reply. Each
@@ -138,16 +143,18 @@ end
 -- Redis 7 function, the same with the function's keys and arguments):
 -- decide(key, argv, o, now) makes one decision on key with its arguments in
 -- argv[o + 1 .. o + nargs], the one at nowarg being the time, already read
--- by run.
+-- by run, and returns its reply, now last.
 --
 -- With one key (keys[1], argv[1 .. nargs]) the reply is that decision's,
 -- and an error stops the call as any script error does.
 --
--- Each decision's reply gets the time it was made at, in µs, as a sixth
--- integer: a reservation (Store.ReserveN) needs it to settle later, and
--- appending it here costs a call less than reading TIME again from Go, and
--- needs no argument saying whether it is wanted (an argument costs Redis
--- more than an integer in the reply). With more, the call
+-- Each decision's reply ends with now, the time it was made at in µs: a
+-- reservation (Store.ReserveN) needs it to settle later. Every reply has
+-- it, so that no argument says whether it is wanted (an argument costs
+-- Redis about 1,000 instructions, the integer in the reply less), and
+-- decide puts it in the table it builds: appending it here, to a table
+-- built with five elements, made Redis grow the table, and cost twice as
+-- much (bench/luacost.sh). With more, the call
 -- is a batch: keys[i] is decided with argv[(i-1)*nargs + 1 .. i*nargs], in
 -- order, and the reply is an array holding each decision's reply or its
 -- error, so one bad decision fails no other. Why a batch:
@@ -166,10 +173,7 @@ end
 --     what it wrote before failing stays, as it would had it run alone.
 local function run(decide, nargs, nowarg, keys, argv)
   if #keys == 1 then
-    local now = clock(argv[nowarg])
-    local r = decide(keys[1], argv, 0, now)
-    r[6] = now -- an error reply ignores it
-    return r
+    return decide(keys[1], argv, 0, clock(argv[nowarg]))
   end
   if #argv ~= #keys * nargs then
     return redis.error_reply('tollgate: a batch needs ' .. nargs .. ' arguments a key')
@@ -190,7 +194,6 @@ local function run(decide, nargs, nowarg, keys, argv)
     if not ok and type(r) ~= 'table' then
       r = redis.error_reply(tostring(r))
     end
-    r[6] = now
     out[i] = r
   end
   return out

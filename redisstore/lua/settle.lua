@@ -15,8 +15,8 @@
 --          lb        unit rate, unit, burst, max delay µs
 --          fw, swl   rate, period µs, '', ''
 --          swc       rate, period µs, grain µs, ''
--- Reply    {1, remaining, 0, reset-after µs, 0}: the key after the
---          correction as a look (n = 0) at now reports it; run appends now.
+-- Reply    {1, remaining, 0, reset-after µs, 0, now µs}: the key after the
+--          correction as a look (n = 0) at now reports it.
 --
 -- Why it is written this way:
 --   * One script for the six algorithms, chosen by ARGV[1]: a settle is far
@@ -30,16 +30,26 @@
 --     window; a charge never takes it past bound (a debt of at most
 --     MaxDebt). A key already past bound (its limit was lowered) keeps what
 --     it owes: a charge never lowers a debt.
---   * A refund of a key with no state, into a window that no longer counts,
---     or of log entries no longer there, writes nothing: there is nothing
---     to give back. A charge of a key with no state starts one.
---   * d = 0 only looks and writes nothing, not even a TTL.
+--   * A settle that corrects nothing — d = 0, a refund of a key with no
+--     state, of a window the key no longer keeps, or of log entries no
+--     longer there — is a look (a decision of cost 0): it writes nothing,
+--     and sets the TTL as a look does (when it finds the key and it is not
+--     full). A charge of a key with no state starts one.
 --   * The time is one argument (ARGV[2]) like a decision's, so run reads
---     TIME as a decision does and the reply carries the settle's time too.
+--     TIME as a decision does, and the reply ends with it as a decision's.
 
 -- look is the reply once the key's state is known.
-local function look(remaining, reset)
-  return {1, remaining, 0, reset, 0}
+local function look(remaining, reset, now)
+  return {1, remaining, 0, reset, 0, now}
+end
+
+-- keep sets key's TTL after a settle: as a decision that wrote when it
+-- wrote, else as a look that found the key (found), which keeps a key
+-- that is not full until it is.
+local function keep(key, wrote, found, reset)
+  if wrote or (found and reset > 0) then
+    expire(key, reset)
+  end
 end
 
 -- tb corrects a token bucket (see token_bucket.lua for the state). A debt
@@ -65,6 +75,8 @@ local function tb(key, argv, o, now, d, bound)
     end
     if u ~= unit then
       tokens = rescale(tokens, unit, u, capacity, burst)
+    elseif tokens < 0 then
+      tokens = math.max(tokens, -most)
     end
     if now > ts then
       tokens = tokens + (now - ts) * rate
@@ -72,7 +84,7 @@ local function tb(key, argv, o, now, d, bound)
     end
     tokens = math.min(tokens, capacity)
   elseif d <= 0 then
-    return look(burst, 0)
+    return look(burst, 0, now)
   end
 
   local lag = ts - now
@@ -91,13 +103,13 @@ local function tb(key, argv, o, now, d, bound)
     else
       redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', argv[o + 7])
     end
-    expire(key, reset)
   end
+  keep(key, d ~= 0, true, reset)
   local remaining = 0
   if tokens > 0 then
     remaining = fdiv(tokens, unit)
   end
-  return look(remaining, reset)
+  return look(remaining, reset, now)
 end
 
 -- lb corrects a leaky bucket, policer or shaper (see leaky_bucket.lua). A
@@ -129,7 +141,7 @@ local function lb(key, argv, o, now, d, bound)
       ts = now
     end
   elseif d <= 0 then
-    return look(burst, 0)
+    return look(burst, 0, now)
   end
 
   local lag = ts - now
@@ -148,9 +160,9 @@ local function lb(key, argv, o, now, d, bound)
     else
       redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', argv[o + 7])
     end
-    expire(key, reset)
   end
-  return look(fdiv(math.max(capacity - level, 0), unit), reset)
+  keep(key, d ~= 0, true, reset)
+  return look(fdiv(math.max(capacity - level, 0), unit), reset, now)
 end
 
 -- later reports whether the instant a µs and fraction f (of rate parts)
@@ -188,7 +200,7 @@ local function gcra(key, argv, o, now, d, bound)
       tat, frac = t, f
     end
   elseif d <= 0 then
-    return look(burst, 0)
+    return look(burst, 0, now)
   end
 
   -- Intervals are counted in whole µs and fractions, as gcra.lua moves the
@@ -238,12 +250,14 @@ local function gcra(key, argv, o, now, d, bound)
       value = value .. ':' .. int(frac) .. ':' .. int(rate)
     end
     redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+  else
+    keep(key, false, true, reset)
   end
   local remaining, used = 0, ahead * rate + frac
   if used < burst * unit then
     remaining = fdiv(burst * unit - used, unit)
   end
-  return look(remaining, reset)
+  return look(remaining, reset, now)
 end
 
 -- fw corrects a fixed window (see fixed_window.lua): a refund only the
@@ -285,10 +299,8 @@ local function fw(key, argv, o, now, at, d, bound)
   if count > 0 then
     reset = (window + 1) * period - now
   end
-  if wrote then
-    expire(key, reset)
-  end
-  return look(math.max(limit - count, 0), reset)
+  keep(key, wrote, w ~= nil, reset)
+  return look(math.max(limit - count, 0), reset, now)
 end
 
 -- swc corrects a sliding window counter (see sliding_window_counter.lua): a
@@ -346,10 +358,8 @@ local function swc(key, argv, o, now, at, d, bound)
   elseif prev > 0 then
     reset = start + period - now
   end
-  if wrote then
-    expire(key, reset)
-  end
-  return look(fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), reset)
+  keep(key, wrote, w ~= nil, reset)
+  return look(fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), reset, now)
 end
 
 -- logadd adds n entries at stamp to a log, numbered from seq on, in ZADD
@@ -441,10 +451,9 @@ local function swl(key, argv, o, now, at, d, bound)
   if count > 0 then
     reset = newest + period - now
   end
-  if wrote and reset > 0 then
-    expire(key, reset)
-  end
-  return look(math.max(limit - count, 0), reset)
+  -- A log emptied by a refund is no key at all: nothing to expire.
+  keep(key, wrote and newest ~= nil, newest ~= nil, reset)
+  return look(math.max(limit - count, 0), reset, now)
 end
 
 local function decide(key, argv, o, now)

@@ -7,7 +7,8 @@
 -- ARGV[3]  burst: the capacity, in tokens
 -- ARGV[4]  n: the cost in tokens (0 = report without spending)
 -- ARGV[5]  now in µs, or '' for the Redis server's TIME
--- Reply    {allowed 0|1, remaining tokens, retry-after µs, reset-after µs, 0}
+-- Reply    {allowed 0|1, remaining tokens, retry-after µs, reset-after µs, 0,
+--          now µs}
 --
 -- Why it is written this way:
 --   * Tokens are counted in units of 1/unit token, so refill is exactly
@@ -23,8 +24,10 @@
 --     misreading them: exactly, rounded down (never more than the key had),
 --     a debt rounded up and to at most the new limit's MaxDebt.
 --   * Tokens may be below 0: a debt a settle's extra charge left
---     (settle.lua), which refills like any shortfall; every quantity stays
---     below 2^53 because Go bounds the debt (Params.MaxDebt).
+--     (settle.lua), which refills like any shortfall. It is at most the
+--     MaxDebt of the limit a call is made under (a lowered burst forgives
+--     the rest), so every quantity stays below 2^53. A look at a key in
+--     debt is allowed and reports nothing remaining.
 --   * A denied request, or n = 0, writes nothing: the stored state still
 --     describes the bucket exactly.
 --   * The TTL is the time until the bucket is full again: an idle key
@@ -59,6 +62,10 @@ local function decide(key, argv, o, now)
     end
     if u ~= unit then
       tokens = rescale(tokens, unit, u, capacity, capacity / unit)
+    elseif tokens < 0 then
+      -- A debt is at most this limit's MaxDebt: a lowered burst forgives
+      -- the rest.
+      tokens = math.max(tokens, -debt(capacity / unit, unit))
     end
     if now > ts then
       tokens = tokens + (now - ts) * rate
@@ -101,7 +108,7 @@ local function decide(key, argv, o, now)
   if tokens > 0 then
     remaining = fdiv(tokens, unit)
   end
-  return {allowed, remaining, retry, reset, 0}
+  return {allowed, remaining, retry, reset, 0, now}
 end
 
 return run(decide, 5, 5, KEYS, ARGV)
