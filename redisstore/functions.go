@@ -15,8 +15,8 @@ import (
 
 // Redis 7 can keep Lua code as a function library (FUNCTION LOAD) whose
 // functions are called with FCALL. The library holds the same code as the
-// scripts — lib.lua once, then each algorithm's file — so a function
-// decides exactly as its script does. What differs is what a call costs:
+// scripts — lib.lua once, then each algorithm's file and settle.lua — so a
+// function decides (or settles) exactly as its script does. What differs is what a call costs:
 // a script builds lib.lua's helpers and its decide function afresh on
 // every call, a library once when it is loaded: 5,000 to 9,000
 // instructions a decision less, by algorithm (bench/luacost.sh).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -428,4 +429,46 @@ func TestReserveServerTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSettleFunctions: a settle calls the library's settle function once
+// Load loaded it, and its script when the server lost the library, as a
+// decision does.
+func TestSettleFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.NewServer(t)
+	rdb := srv.Client(t)
+	h := &callHook{n: map[string]int{}}
+	rdb.AddHook(h)
+	s := redisstore.New(rdb)
+	limit := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 10}
+	k := key(t)
+	res, at, err := s.ReserveN(ctx, k, limit, 5)
+	if err != nil || !res.Allowed {
+		t.Fatalf("ReserveN: %+v, %v", res, err)
+	}
+	remaining := 5
+	settle := func(step string, want map[string]int) {
+		t.Helper()
+		h.take()
+		remaining++
+		res, err := s.SettleN(ctx, k, limit, at, 2, 1) // a refund of 1
+		if err != nil || res.Remaining != remaining {
+			t.Fatalf("%s: %+v, %v; want %d remaining", step, res, err, remaining)
+		}
+		if got := h.take(); got["fcall"] != want["fcall"] || got["evalsha"] != want["evalsha"] || got["eval"] != want["eval"] {
+			t.Errorf("%s: calls %v, want %v", step, got, want)
+		}
+	}
+	settle("before Load", map[string]int{"evalsha": 1, "eval": 1})
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle("after Load", map[string]int{"fcall": 1})
+	if err := rdb.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	settle("library lost", map[string]int{"fcall": 1, "evalsha": 1})
+	settle("after the loss", map[string]int{"evalsha": 1})
 }

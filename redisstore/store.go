@@ -23,6 +23,11 @@
 // Cluster slot. Any redis.UniversalClient works: a standalone client,
 // Sentinel (failover) or Cluster.
 //
+// A Store is a tollgate.Settler: ReserveN decides as AllowN does and
+// returns the time of the decision (every script's reply ends with it), and
+// SettleN corrects a key once a request's real cost is known, by one call
+// of lua/settle.lua, atomic like a decision, on the key's one Redis key.
+//
 // A Store is also a tollgate.ConcurrencyStore: Acquire, Renew and Release
 // keep a key's permits in one sorted set, <prefix>{<key>}:conc, one script
 // call each (LoadConcurrency preloads those scripts).
@@ -334,8 +339,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 	return nil
 }
 
-// Load loads every script into the server's script cache (on a Cluster, into
-// every master's), so the first decisions need no EVAL fallback, and on
+// Load loads every script, the settle's too, into the server's script cache
+// (on a Cluster, into every master's), so the first decisions need no EVAL
+// fallback, and on
 // Redis 7 the function library, which decisions then call instead of the
 // scripts (see Library). Calling it is optional: a script the server lacks
 // is sent once, then cached; without Load the store runs scripts only.
