@@ -79,3 +79,39 @@ func ExampleLimit_Validate() {
 	// tollgate: invalid limit: token_bucket needs a burst of at least 1 (0 for a burst of rate), got -1
 	// true
 }
+
+func ExampleReservation_Settle() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a fixed clock, for the output below
+	lim := tollgate.New(memorystore.New(memorystore.WithClock(func() time.Time { return now })))
+	ctx := context.Background()
+	// 1,000 model tokens a minute per tenant, counted when a completion ends.
+	limit := tollgate.Limit{Rate: 1000, Period: time.Minute, Burst: 1000}
+
+	r, err := lim.Reserve(ctx, "tenant:acme", limit, 400) // the estimate
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("admitted=%v remaining=%d\n", r.Allowed, r.Remaining)
+
+	// The completion used 150 tokens: 250 come back. Settle with a context
+	// the end of the request does not cancel.
+	res, err := r.Settle(context.WithoutCancel(ctx), 150)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("settled: remaining=%d\n", res.Remaining)
+
+	// A reservation settles once.
+	_, err = r.Settle(ctx, 150)
+	fmt.Println(errors.Is(err, tollgate.ErrSettled))
+
+	// One that cost more than the whole burst leaves a debt, waited out.
+	r, _ = lim.Reserve(ctx, "tenant:acme", limit, 500)
+	res, _ = r.Settle(ctx, 1100)
+	fmt.Printf("in debt: remaining=%d, full again in %v\n", res.Remaining, res.ResetAfter)
+	// Output:
+	// admitted=true remaining=600
+	// settled: remaining=850
+	// true
+	// in debt: remaining=0, full again in 1m15s
+}

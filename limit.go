@@ -246,7 +246,12 @@ type Params struct {
 	Capacity int64
 	// MaxDebt is the most cost a key may owe beyond its capacity after a
 	// Settler's extra charge (see Settler): one Capacity, less where the
-	// doubled state would not count exactly below 2^53.
+	// doubled state would not count exactly below 2^53. For FixedWindow
+	// and SlidingWindowLog it is Rate; for SlidingWindowCounter
+	// min(Rate, ⌊2^53/4 ÷ steps⌋ − Rate), steps the period in the
+	// counter's grains; for the bucket algorithms max(0, min(Capacity,
+	// ⌊(2^53 − 1)/Unit⌋ − Capacity)), so (Capacity + MaxDebt) × Unit <
+	// 2^53, and (Burst + MaxDebt) × IntervalUS ≤ 2^47 µs.
 	MaxDebt int64
 }
 
@@ -257,30 +262,48 @@ func (l Limit) Params() (Params, error) { return l.params() }
 // decision validates its limit, and the arithmetic behind it (a gcd, a few
 // 64-bit divisions) cost a memory-store decision a fifth of its time; a
 // service uses a handful of limits, so a small table of immutable entries,
-// read with one atomic load and a comparison, answers almost every call. A
-// slot two limits share alternates between them, which is only slower.
-var paramsCache [64]atomic.Pointer[cachedParams]
+// read with an atomic load and a comparison, answers almost every call. The
+// table is two-way: a limit may sit in either entry of its set, so two
+// limits that hash alike both stay; only a third alternating with them in
+// the same set is validated again (and allocates) on each call.
+var paramsCache [64][2]atomic.Pointer[cachedParams]
 
 type cachedParams struct {
 	limit  Limit
 	params Params
 }
 
-// cacheSlot returns the paramsCache slot of l.
-func (l Limit) cacheSlot() *atomic.Pointer[cachedParams] {
+// cacheSet returns the paramsCache set of l.
+func cacheSet(l Limit) *[2]atomic.Pointer[cachedParams] {
 	h := uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
 		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.MaxDelay) ^ uint64(l.Algorithm)
 	return &paramsCache[(h^h>>29)%uint64(len(paramsCache))]
 }
 
+// cached returns l's cached Params, or nil.
+func (l Limit) cached() *cachedParams {
+	set := cacheSet(l)
+	if c := set[0].Load(); c != nil && c.limit == l {
+		return c
+	}
+	if c := set[1].Load(); c != nil && c.limit == l {
+		return c
+	}
+	return nil
+}
+
 func (l Limit) params() (Params, error) {
-	slot := l.cacheSlot()
-	if c := slot.Load(); c != nil && c.limit == l {
+	if c := l.cached(); c != nil {
 		return c.params, nil
 	}
 	p, err := l.computeParams()
 	if err == nil {
-		slot.Store(&cachedParams{limit: l, params: p})
+		// The first entry keeps the limit that took it; newcomers take
+		// the second, once the first is in use.
+		set, c := cacheSet(l), &cachedParams{limit: l, params: p}
+		if !set[0].CompareAndSwap(nil, c) {
+			set[1].Store(c)
+		}
 	}
 	return p, err
 }
@@ -376,7 +399,7 @@ const MaxKeyLen = 512
 func CheckRequest(key string, l Limit, n int) (Params, error) {
 	// Every decision comes here: a valid request under a recently used
 	// limit is answered from the cache without another call.
-	if c := l.cacheSlot().Load(); c != nil && c.limit == l && len(key) > 0 && len(key) <= MaxKeyLen && n >= 0 && int64(n) <= c.params.Capacity {
+	if c := l.cached(); c != nil && len(key) > 0 && len(key) <= MaxKeyLen && n >= 0 && int64(n) <= c.params.Capacity {
 		return c.params, nil
 	}
 	return checkRequest(key, l, n)

@@ -41,9 +41,24 @@ import (
 //     adding entries at the settle's instant, up to Rate plus MaxDebt
 //     entries in the log.
 //
-// A settle of an actual cost equal to the estimate changes nothing. Settling
-// after the key's state expired is harmless: a refund into a full key does
-// nothing, an extra charge starts a debt. The Reservation returned by
+// An extra charge never lowers what a key has spent, nor a refund raise it:
+// when a lowered limit leaves a key above its new cap, a charge leaves it
+// there. A token bucket's debt is at most the MaxDebt of the limit a call
+// is made under (a lower one forgives the rest), and a changed rate
+// converts it as it converts tokens, rounding down; a leaky bucket's level
+// under a changed rate is clamped, as always, to Burst and what MaxDelay
+// queues, which forgives a debt beyond it.
+//
+// A settle writes the key's state and its expiry as an admission does (kept
+// until full again). A settle that changes nothing — an actual cost equal to
+// the estimate, a refund that finds no live state, or no window or entries
+// of the reservation's — is a look (AllowN with n = 0), in what it reports
+// and in the expiry it sets. Settling after the key's state expired is
+// harmless: a refund into a full key does nothing, an extra charge starts a
+// debt. A look at a key in debt is allowed, with a Remaining of 0. A
+// reservation's instant is the store's clock at its decision, not the key's
+// time: one admitted while the clock stood behind the key's newer window or
+// log entries was counted there, and a refund does not find it. The Reservation returned by
 // Limiter.Reserve settles at most once; stores themselves do not remember
 // reservations, so a reservation's data settled twice by hand is counted
 // twice.
@@ -113,8 +128,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, estimate
 // less than its estimate, an extra charge when it cost more (see Settler for
 // what each algorithm does). It returns the key's state after the
 // correction. A second Settle (or Refund) returns ErrSettled and changes
-// nothing; so does nothing a Settle of a denied reservation, which returns
-// its Result. A negative actual is ErrInvalidCost, and the reservation stays
+// nothing. A Settle of a denied reservation, which spent nothing, changes
+// nothing either and returns its Result, with no error. A negative actual is ErrInvalidCost, and the reservation stays
 // unsettled. A store that fails leaves the reservation settled, the
 // correction perhaps not made: a retry could count it twice.
 //

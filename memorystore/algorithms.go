@@ -61,25 +61,10 @@ func decideOn(d *decision, s *state, log *ring, fresh bool, p *tollgate.Params, 
 
 func tokenBucket(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
 	capacity := p.Burst * p.Unit
-	tokens, ts := capacity, now
-	if !fresh {
-		tokens, ts = s.a, s.b
-		if s.c != p.Unit { // the rate changed: convert exactly, rounding down
-			tokens = exact.MulDiv(tokens, p.Unit, s.c, capacity)
-		}
-		tokens = min(tokens, capacity)
-		if now > ts {
-			if now-ts >= exact.CeilDiv(capacity-tokens, p.UnitRate) {
-				tokens = capacity
-			} else {
-				tokens += (now - ts) * p.UnitRate
-			}
-			ts = now
-		}
-	}
+	tokens, ts := tokensAt(s, fresh, p, now)
 	lag := ts - now // > 0 only when the clock went backwards
 	cost := n * p.Unit
-	d.allowed = tokens >= cost
+	d.allowed = n == 0 || tokens >= cost // a look is allowed, also in debt
 	switch {
 	case !d.allowed:
 		d.retry = lag + exact.CeilDiv(cost-tokens, p.UnitRate)
@@ -88,33 +73,45 @@ func tokenBucket(d *decision, s *state, fresh bool, p *tollgate.Params, now, n i
 		s.a, s.b, s.c = tokens, ts, p.Unit
 		d.write = true
 	}
-	d.remaining = tokens / p.Unit
+	d.remaining = max(tokens, 0) / p.Unit // a debt leaves none
 	if tokens < capacity {
 		d.reset = lag + exact.CeilDiv(capacity-tokens, p.UnitRate)
 	}
 }
 
-func leakyBucket(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
+// tokensAt returns a token bucket's tokens (units) and its time, brought
+// to now as every decision and settle does. Tokens below zero are a debt a
+// settle charged: a changed rate converts it rounding down too (the debt
+// grows by less than a unit), and it is never more than this limit's
+// MaxDebt, which keeps capacity − tokens below 2^53.
+func tokensAt(s *state, fresh bool, p *tollgate.Params, now int64) (tokens, ts int64) {
 	capacity := p.Burst * p.Unit
-	level, ts := int64(0), now
-	if !fresh {
-		level, ts = s.a, s.b
-		if s.c != p.Unit {
-			// The rate changed: convert exactly, rounding down, and clamp
-			// to the most the bucket can hold, Burst and what MaxDelay
-			// queues (a level of 10^9 draining at 1 a day would outlast any
-			// duration).
-			level = exact.MulDiv(level, p.Unit, s.c, capacity+p.MaxDelayUS*p.UnitRate)
-		}
-		if now > ts {
-			if now-ts >= exact.CeilDiv(level, p.UnitRate) {
-				level = 0
-			} else {
-				level -= (now - ts) * p.UnitRate
-			}
-			ts = now
+	if fresh {
+		return capacity, now
+	}
+	tokens, ts = s.a, s.b
+	if s.c != p.Unit { // the rate changed: convert exactly, rounding down
+		if tokens >= 0 {
+			tokens = exact.MulDiv(tokens, p.Unit, s.c, capacity)
+		} else {
+			tokens = -exact.MulDivUp(-tokens, p.Unit, s.c, p.MaxDebt*p.Unit)
 		}
 	}
+	tokens = min(max(tokens, -p.MaxDebt*p.Unit), capacity)
+	if now > ts {
+		if now-ts >= exact.CeilDiv(capacity-tokens, p.UnitRate) {
+			tokens = capacity
+		} else {
+			tokens += (now - ts) * p.UnitRate
+		}
+		ts = now
+	}
+	return tokens, ts
+}
+
+func leakyBucket(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
+	capacity := p.Burst * p.Unit
+	level, ts := levelAt(s, fresh, p, now)
 	lag := ts - now
 	cost := n * p.Unit
 	over := level + cost - capacity
@@ -142,20 +139,34 @@ func leakyBucket(d *decision, s *state, fresh bool, p *tollgate.Params, now, n i
 	}
 }
 
+// levelAt returns a leaky bucket's level (units) and its time, brought to
+// now as every decision and settle does.
+func levelAt(s *state, fresh bool, p *tollgate.Params, now int64) (level, ts int64) {
+	if fresh {
+		return 0, now
+	}
+	level, ts = s.a, s.b
+	if s.c != p.Unit {
+		// The rate changed: convert exactly, rounding down, and clamp to
+		// the most the bucket can hold, Burst and what MaxDelay queues (a
+		// level of 10^9 draining at 1 a day would outlast any duration).
+		// A debt a settle charged beyond that is forgiven.
+		level = exact.MulDiv(level, p.Unit, s.c, p.Burst*p.Unit+p.MaxDelayUS*p.UnitRate)
+	}
+	if now > ts {
+		if now-ts >= exact.CeilDiv(level, p.UnitRate) {
+			level = 0
+		} else {
+			level -= (now - ts) * p.UnitRate
+		}
+		ts = now
+	}
+	return level, ts
+}
+
 func gcra(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
 	rate, unit := p.UnitRate, p.Unit
-	tat, frac := now, int64(0) // the TAT is tat + frac/rate µs
-	if !fresh {
-		t, f := s.a, s.b
-		if s.c != rate { // the rate changed: convert exactly, rounding up
-			if f = exact.MulDivUp(f, rate, s.c, rate); f == rate {
-				t, f = t+1, 0
-			}
-		}
-		if t >= now {
-			tat, frac = t, f
-		}
-	}
+	tat, frac := tatAt(s, fresh, p, now) // the TAT is tat + frac/rate µs
 	ahead := tat - now
 	room := (p.Burst-n)*unit - frac
 	d.allowed = n == 0 || (room >= 0 && ahead <= room/rate)
@@ -186,6 +197,26 @@ func gcra(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
 	if full := p.Burst*unit - frac; full >= 0 && ahead <= full/rate {
 		d.remaining = (full - ahead*rate) / unit
 	}
+}
+
+// tatAt returns GCRA's theoretical arrival time as every decision and
+// settle uses it: whole µs and a fraction in units of 1/UnitRate µs, at
+// least now.
+func tatAt(s *state, fresh bool, p *tollgate.Params, now int64) (tat, frac int64) {
+	if fresh {
+		return now, 0
+	}
+	rate := p.UnitRate
+	t, f := s.a, s.b
+	if s.c != rate { // the rate changed: convert exactly, rounding up
+		if f = exact.MulDivUp(f, rate, s.c, rate); f == rate {
+			t, f = t+1, 0
+		}
+	}
+	if t < now {
+		return now, 0
+	}
+	return t, f
 }
 
 func fixedWindow(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {

@@ -85,3 +85,8 @@ func FuzzLeakyBucket(f *testing.F)          { fuzzModel(f, tollgate.LeakyBucket)
 func TestModelCases(t *testing.T) {
 	conformance.RunModelCases(t, modelTarget())
 }
+
+// TestSettleModel: reservations and their settles, against the model.
+func TestSettleModel(t *testing.T) {
+	conformance.SettleModel(t, modelTarget(), *modelSteps/2, seed(t))
+}

@@ -88,7 +88,7 @@ func (s *Store) check(key string, limit tollgate.Limit, n int, spare *tollgate.P
 	return spare, nil
 }
 
-var _ tollgate.Store = (*Store)(nil)
+var _ tollgate.Settler = (*Store)(nil)
 
 // A key's state is kept, as in Redis, per (key, algorithm, period), so that
 // several limits on one key do not share a counter. Each shard holds its
@@ -317,6 +317,18 @@ func (s *Store) clock() int64 {
 
 // AllowN implements tollgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
+	r, _, err := s.allowN(ctx, key, limit, n)
+	return r, err
+}
+
+// ReserveN implements tollgate.Settler: AllowN's decision, and the store's
+// clock it was made at.
+func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
+	return s.allowN(ctx, key, limit, n)
+}
+
+// allowN decides as AllowN does and returns the clock it decided at.
+func (s *Store) allowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
 	// The clock first: reading it waits for every load before it to
 	// complete, and the decision's loads that miss the CPU's caches (the
 	// key, its entry) come after it, so they are not made to wait twice.
@@ -324,13 +336,10 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	var spare tollgate.Params
 	p, err := s.check(key, limit, n, &spare)
 	if err != nil {
-		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: %w", err)
+		return tollgate.Result{Limit: limit}, now, fmt.Errorf("memorystore: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: %w", err)
-	}
-	if now < 0 || now > exact.MaxNow {
-		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: clock reads %v, outside what the store can count exactly (1970 to 2250)", time.UnixMicro(now).UTC())
+	if err := s.usable(ctx, now); err != nil {
+		return tollgate.Result{Limit: limit}, now, err
 	}
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
@@ -339,7 +348,23 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	sh.mu.Lock()
 	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
+	return d.result(limit), now, nil
+}
 
+// usable reports why the store cannot decide now: a canceled context, or a
+// clock outside what the algorithms count exactly.
+func (s *Store) usable(ctx context.Context, now int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memorystore: %w", err)
+	}
+	if now < 0 || now > exact.MaxNow {
+		return fmt.Errorf("memorystore: clock reads %v, outside what the store can count exactly (1970 to 2250)", time.UnixMicro(now).UTC())
+	}
+	return nil
+}
+
+// result is d as a Result under limit.
+func (d *decision) result(limit tollgate.Limit) tollgate.Result {
 	return tollgate.Result{
 		Allowed:    d.allowed,
 		Limit:      limit,
@@ -347,7 +372,56 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		RetryAfter: time.Duration(d.retry) * time.Microsecond,
 		ResetAfter: time.Duration(d.reset) * time.Microsecond,
 		Delay:      time.Duration(d.delay) * time.Microsecond,
-	}, nil
+	}
+}
+
+// SettleN implements tollgate.Settler: it corrects key's state by actual −
+// reserved at the store's clock, as the Settler doc says for each
+// algorithm, and returns the state as a look (n = 0) then reports it. A
+// settle that changes nothing (actual equal to reserved, or a refund that
+// finds no state or no window or entries of the reservation's) is that
+// look, and sets the state's expiry only as a look does.
+func (s *Store) SettleN(ctx context.Context, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, error) {
+	now := s.clock()
+	p, delta, err := tollgate.CheckSettle(key, limit, at, reserved, actual)
+	if err != nil {
+		return tollgate.Result{Limit: limit}, fmt.Errorf("memorystore: %w", err)
+	}
+	if err := s.usable(ctx, now); err != nil {
+		return tollgate.Result{Limit: limit}, err
+	}
+	kind := kindOf(&p)
+	h, sh := s.locate(key, kind)
+
+	var d decision
+	sh.mu.Lock()
+	s.settle(&d, sh, h, kind, key, &p, now, at, delta)
+	sh.mu.Unlock()
+	return d.result(limit), nil
+}
+
+// settle corrects key's entry in sh (locked) by delta and reports the
+// state after it into d.
+func (s *Store) settle(d *decision, sh *shard, h, kind uint64, key string, p *tollgate.Params, now, at, delta int64) {
+	i := sh.find(h, kind, key)
+	if delta == 0 || delta < 0 && (i < 0 || sh.tab[i].expires <= now) {
+		s.decide(d, sh, h, kind, key, p, now, 0) // nothing to correct: a look
+		return
+	}
+	if i < 0 {
+		i = s.insert(sh, h, kind, key, now)
+	}
+	e := &sh.tab[i]
+	var log *ring
+	if p.Algorithm == tollgate.SlidingWindowLog {
+		log = sh.log(e)
+	}
+	if !settleOn(&e.state, log, e.expires <= now, p, now, at, delta) {
+		s.decide(d, sh, h, kind, key, p, now, 0)
+		return
+	}
+	decideOn(d, &e.state, log, false, p, now, 0)
+	e.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
 }
 
 // decide makes one decision on key's entry in sh (locked) into d.

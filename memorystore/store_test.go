@@ -21,6 +21,7 @@ func backend() conformance.Backend {
 			return s.(*memorystore.Store).TTL(key, limit)
 		},
 		TTLGrain: time.Millisecond, // as Redis's
+		Settles:  true,
 	}
 }
 

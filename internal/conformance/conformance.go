@@ -70,6 +70,10 @@ type Backend struct {
 	TTLSlack time.Duration
 	// TTLGrain is the resolution TTLs are rounded up to (Redis: 1ms).
 	TTLGrain time.Duration
+	// Settles claims that the store is a tollgate.Settler: Run then fails
+	// if it is not, rather than leave the settle scenarios out, as it does
+	// for a store that is not a Settler and does not claim to be.
+	Settles bool
 }
 
 const (
@@ -429,7 +433,8 @@ func edgeScenarios() []scenario {
 	return out
 }
 
-// Run runs every scenario against b.
+// Run runs every scenario against b, and RunSettle's too when the store is
+// a tollgate.Settler or b claims it Settles.
 func Run(t *testing.T, b Backend) {
 	clock := NewClock()
 	store := b.New(t, clock.Now)
@@ -466,6 +471,9 @@ func Run(t *testing.T, b Backend) {
 		})
 	}
 	t.Run("invalid input changes nothing", func(t *testing.T) { invalid(t, store, clock) })
+	if _, ok := store.(tollgate.Settler); ok || b.Settles {
+		t.Run("settle", func(t *testing.T) { RunSettle(t, b) })
+	}
 }
 
 // checkTTL requires the stored state to be kept exactly until it is back to

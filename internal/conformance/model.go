@@ -22,7 +22,7 @@ type ModelStore struct {
 	now func() time.Time
 }
 
-var _ tollgate.Store = (*ModelStore)(nil)
+var _ tollgate.Settler = (*ModelStore)(nil)
 
 // NewModelStore returns a ModelStore that has seen no key.
 func NewModelStore(now func() time.Time) *ModelStore {
@@ -42,6 +42,35 @@ func (s *ModelStore) AllowN(ctx context.Context, key string, limit tollgate.Limi
 	defer s.mu.Unlock()
 	now := s.now()
 	r, err := s.m.AllowN(key, limit, n, now.UnixMicro())
+	if err != nil {
+		return r, fmt.Errorf("conformance: %w", err)
+	}
+	return r, nil
+}
+
+// ReserveN implements tollgate.Settler.
+func (s *ModelStore) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
+	if _, err := tollgate.CheckRequest(key, limit, n); err != nil {
+		return tollgate.Result{Limit: limit}, 0, fmt.Errorf("conformance: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixMicro()
+	r, err := s.m.AllowN(key, limit, n, now)
+	if err != nil {
+		return r, now, fmt.Errorf("conformance: %w", err)
+	}
+	return r, now, nil
+}
+
+// SettleN implements tollgate.Settler.
+func (s *ModelStore) SettleN(ctx context.Context, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, error) {
+	if _, _, err := tollgate.CheckSettle(key, limit, at, reserved, actual); err != nil {
+		return tollgate.Result{Limit: limit}, fmt.Errorf("conformance: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, _, err := s.m.SettleN(key, limit, at, reserved, actual, s.now().UnixMicro())
 	if err != nil {
 		return r, fmt.Errorf("conformance: %w", err)
 	}

@@ -30,6 +30,7 @@ func TestGenCoversTheSpace(t *testing.T) {
 				peeks, full, over    int
 				frozen, back, ahead  int
 				changes, shaping     int
+				lowDebt              int
 				prev                 conformance.Call
 			)
 			for i := 0; i < 20_000; i++ {
@@ -40,6 +41,12 @@ func TestGenCoversTheSpace(t *testing.T) {
 				}
 				if got, want := model.Capacity(l), int64(l.Capacity()); got != want {
 					t.Fatalf("%v: model capacity %d, Limit.Capacity %d", l, got, want)
+				}
+				if p, _ := l.Params(); model.MaxDebt(l) != p.MaxDebt {
+					t.Fatalf("%v: model MaxDebt %d, Params.MaxDebt %d", l, model.MaxDebt(l), p.MaxDebt)
+				}
+				if model.MaxDebt(l) < model.Capacity(l) {
+					lowDebt++ // a debt 2^53 bounds
 				}
 				minRate, maxRate = min(minRate, l.Rate), max(maxRate, l.Rate)
 				minPeriod, maxPeriod = min(minPeriod, l.Period), max(maxPeriod, l.Period)
@@ -89,6 +96,7 @@ func TestGenCoversTheSpace(t *testing.T) {
 				{"steps forward", ahead > 1000},
 				{"limit changes on a live period", changes > 100},
 				{"shaping", alg != tollgate.LeakyBucket || shaping > 1000},
+				{"a MaxDebt below the capacity", alg == tollgate.FixedWindow || alg == tollgate.SlidingWindowLog || lowDebt > 100},
 			} {
 				if !check.ok {
 					t.Errorf("20,000 calls never reach %s", check.what)

@@ -36,15 +36,7 @@ func (l lim) usFor(amount *big.Rat) int64 {
 // there, and takes them.
 func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	capacity := ratInt(l.burst)
-	tokens, ts := capacity, now
-	if s != nil {
-		tokens, ts = ratMin(roundDown(s.amount, l.unit()), capacity), s.ts
-		if now > ts {
-			elapsed := ratInt(now - ts)
-			tokens = ratMin(capacity, ratAdd(tokens, ratMul(elapsed, l.perUS())))
-			ts = now
-		}
-	}
+	tokens, ts := tokensAt(s, l, now)
 	lag := ts - now // > 0 when the clock stepped back: time stands still
 	var o outcome
 	var next state
@@ -59,11 +51,30 @@ func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	default:
 		o.retry = add(lag, l.usFor(ratSub(cost, tokens)))
 	}
-	o.remaining = floorRat(tokens)
+	o.remaining = max(floorRat(tokens), 0) // a debt leaves none
 	if tokens.Cmp(capacity) < 0 {
 		o.reset = add(lag, l.usFor(ratSub(capacity, tokens)))
 	}
 	return o, next
+}
+
+// tokensAt returns the tokens of a token bucket at now and the bucket's
+// time: the stored amount in this limit's unit, rounded down (toward −∞
+// for a debt), at most Burst and at least −MaxDebt, refilled for the time
+// since ts unless the clock stepped back.
+func tokensAt(s *bucketState, l lim, now int64) (*big.Rat, int64) {
+	capacity := ratInt(l.burst)
+	if s == nil {
+		return capacity, now
+	}
+	tokens, ts := roundDown(s.amount, l.unit()), s.ts
+	tokens = ratMax(ratMin(tokens, capacity), ratInt(-l.maxDebt))
+	if now > ts {
+		elapsed := ratInt(now - ts)
+		tokens = ratMin(capacity, ratAdd(tokens, ratMul(elapsed, l.perUS())))
+		ts = now
+	}
+	return tokens, ts
 }
 
 // leakyBucket: the bucket fills with what is admitted and drains at Rate
@@ -79,20 +90,7 @@ func tokenBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 // MaxDelay, and the level then stands above Burst by what is queued.
 func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	capacity := ratInt(l.burst)
-	// The most the bucket can hold: Burst, and what MaxDelay can queue.
-	most := ratAdd(capacity, ratMul(ratInt(l.maxDelay), l.perUS()))
-	level, ts := ratInt(0), now
-	if s != nil {
-		level, ts = s.amount, s.ts
-		if s.unit.Cmp(l.unit()) != 0 {
-			level = ratMin(roundDown(level, l.unit()), most)
-		}
-		if now > ts {
-			drained := ratMul(ratInt(now-ts), l.perUS())
-			level = ratMax(ratInt(0), ratSub(level, drained))
-			ts = now
-		}
-	}
+	level, ts := levelAt(s, l, now)
 	lag := ts - now
 	var o outcome
 	var next state
@@ -123,4 +121,27 @@ func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 		o.reset = add(lag, l.usFor(level))
 	}
 	return o, next
+}
+
+// levelAt returns the level of a leaky bucket at now and the bucket's time:
+// kept whole under the same unit, else converted to this limit's, rounded
+// down and clamped to the most it can hold (Burst and what MaxDelay
+// queues), then drained for the time since ts unless the clock stepped
+// back.
+func levelAt(s *bucketState, l lim, now int64) (*big.Rat, int64) {
+	if s == nil {
+		return ratInt(0), now
+	}
+	// The most the bucket can hold: Burst, and what MaxDelay can queue.
+	most := ratAdd(ratInt(l.burst), ratMul(ratInt(l.maxDelay), l.perUS()))
+	level, ts := s.amount, s.ts
+	if s.unit.Cmp(l.unit()) != 0 {
+		level = ratMin(roundDown(level, l.unit()), most)
+	}
+	if now > ts {
+		drained := ratMul(ratInt(now-ts), l.perUS())
+		level = ratMax(ratInt(0), ratSub(level, drained))
+		ts = now
+	}
+	return level, ts
 }

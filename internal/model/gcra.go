@@ -21,13 +21,7 @@ func gcra(s *gcraState, l lim, now, n int64) (outcome, state) {
 	interval := ratFrac(l.period, l.rate)
 	tolerance := ratMul(ratInt(l.burst), interval)
 	nowR := ratInt(now)
-	tat := nowR
-	if s != nil {
-		// Kept in units of 1/v µs, v the denominator of the interval in
-		// lowest terms; a changed rate rounds it up to the new unit.
-		stored := roundUp(s.tat, new(big.Int).Set(interval.Denom()))
-		tat = ratMax(stored, nowR)
-	}
+	tat := tatAt(s, l, now)
 	next := ratAdd(tat, ratMul(ratInt(n), interval))
 	var o outcome
 	var written state
@@ -51,4 +45,17 @@ func gcra(s *gcraState, l lim, now, n int64) (outcome, state) {
 	}
 	o.reset = ceilRat(ahead)
 	return o, written
+}
+
+// tatAt returns the arrival time a decision at now uses: the stored one,
+// kept in units of 1/v µs (v the denominator of the interval in lowest
+// terms; a changed rate rounds it up to the new unit), or now if that is
+// later.
+func tatAt(s *gcraState, l lim, now int64) *big.Rat {
+	nowR := ratInt(now)
+	if s == nil {
+		return nowR
+	}
+	interval := ratFrac(l.period, l.rate)
+	return ratMax(roundUp(s.tat, new(big.Int).Set(interval.Denom())), nowR)
 }

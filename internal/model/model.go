@@ -193,13 +193,16 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	}, nil
 }
 
-// lim is a limit in µs.
+// lim is a limit in µs, with its MaxDebt.
 type lim struct {
 	rate, burst, period, maxDelay int64
+	capacity, maxDebt             int64
 }
 
 func newLim(l tollgate.Limit) lim {
-	return lim{rate: int64(l.Rate), burst: int64(l.Burst), period: us(l.Period), maxDelay: us(l.MaxDelay)}
+	m := lim{rate: int64(l.Rate), burst: int64(l.Burst), period: us(l.Period), maxDelay: us(l.MaxDelay), capacity: Capacity(l)}
+	m.maxDebt = MaxDebt(l)
+	return m
 }
 
 // us returns d in whole µs; limits the model is given are whole µs.

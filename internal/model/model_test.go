@@ -125,3 +125,63 @@ func TestModelRefusesCost(t *testing.T) {
 		t.Errorf("refused costs changed the key: %+v", r)
 	}
 }
+
+func TestMaxDebt(t *testing.T) {
+	t.Parallel()
+	year := 365 * 24 * time.Hour
+	for _, tc := range []struct {
+		limit tollgate.Limit
+		want  int64
+	}{
+		{tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Second}, 3},
+		{tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 7, Period: time.Minute}, 7},
+		{tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 4, Period: 10 * time.Second}, 4},
+		// 2^53/4 ÷ 31,536,000,000 ms-steps = 71,404: 50,000 may owe 21,404.
+		{tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 50_000, Period: year}, 21_404},
+		{tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 2, Period: time.Second, Burst: 5}, 5},
+		// A token is 31,536,000,000,000 parts: 285 of them fit below 2^53.
+		{tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 9_999_991, Period: year, Burst: 200}, 85},
+		{tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 9_999_991, Period: year, Burst: 285}, 0},
+		// A shaper's capacity counts what MaxDelay queues: 1 + 2.
+		{tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: time.Second, Burst: 1, MaxDelay: time.Second}, 3},
+	} {
+		if got, want := model.MaxDebt(tc.limit), tc.want; got != want {
+			t.Errorf("MaxDebt(%v) = %d, want %d", tc.limit, got, want)
+		}
+	}
+}
+
+// Settling a key in debt: a look is allowed, reports nothing remaining,
+// and a refund pays the debt before it gives tokens back.
+func TestSettleDebt(t *testing.T) {
+	t.Parallel()
+	m := model.New()
+	tb := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 2, Period: time.Second, Burst: 5}
+	steps := []struct {
+		reserved, actual int
+		want             tollgate.Result
+		wrote            bool
+	}{
+		{5, 9, allowed(0, 4500*time.Millisecond, 0), true}, // owes 4
+		{5, 5, allowed(0, 4500*time.Millisecond, 0), false},
+		{5, 0, allowed(1, 2000*time.Millisecond, 0), true},
+		{1, 1000, allowed(0, 5000*time.Millisecond, 0), true}, // capped: owes 5
+	}
+	if _, err := m.AllowN("k", tb, 5, t0); err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range steps {
+		got, wrote, err := m.SettleN("k", tb, t0, st.reserved, st.actual, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := st.want
+		want.Limit = tb
+		if got != want || wrote != st.wrote {
+			t.Fatalf("settle %d: got %+v (wrote %v), want %+v (wrote %v)", i, got, wrote, want, st.wrote)
+		}
+	}
+	if _, _, err := m.SettleN("k", tb, t0, 6, 0, t0); !errors.Is(err, model.ErrCost) {
+		t.Errorf("reserved above the burst: err = %v, want ErrCost", err)
+	}
+}

@@ -1,0 +1,218 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/model"
+)
+
+// SettleModel runs, for every algorithm, steps random calls through the
+// store target makes, which must be a tollgate.Settler, and through the
+// reference model: reservations, plain decisions, settles of reservations
+// made earlier (refunds whole and partial, the estimate exactly, extra
+// charges, and charges beyond what a key may owe), under the limits and on
+// the clock a Gen draws over the whole space of valid inputs (rate, burst
+// and delay changes between a reservation and its settle, a clock that
+// steps back, limits at the edges of what Validate accepts). Every Result
+// must equal the model's, ReserveN must return the store's clock, and
+// after every step a look at the key must report what the model's does,
+// the state kept as long as the model keeps it (target's hooks, as in
+// ModelDifferential).
+func SettleModel(t *testing.T, target ModelTarget, steps int, seed uint64) {
+	for _, alg := range tollgate.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			settleModel(t, target, alg, rand.NewPCG(seed, uint64(alg)), steps)
+		})
+	}
+}
+
+// reservationMade is a reservation the run may settle.
+type reservationMade struct {
+	key   string
+	limit tollgate.Limit
+	at    int64
+	n     int
+}
+
+func settleModel(t *testing.T, target ModelTarget, alg tollgate.Algorithm, src rand.Source, steps int) {
+	clock := NewClock()
+	store, ok := target.New(t, clock.Now).(tollgate.Settler)
+	if !ok {
+		t.Fatalf("%T is not a tollgate.Settler", target.New(t, clock.Now))
+	}
+	oracle := model.New()
+	gen := NewGen(alg, src)
+	rng := rand.New(rand.NewPCG(src.Uint64(), src.Uint64()))
+	ctx := context.Background()
+	prefix := fmt.Sprintf("settlemodel:%d:", rand.Int64())
+	var (
+		open    []reservationMade
+		history = map[string][]string{}
+		// How many settles refunded, charged (and up to the cap), wrote,
+		// and left a key denying a request of 1: the run must reach them.
+		refunds, charges, capped, writes, owing int
+	)
+	defer func() {
+		t.Logf("%d settles: %d refunds, %d charges (%d beyond the cap), %d wrote, %d left the key denying a cost of 1", refunds+charges, refunds, charges, capped, writes, owing)
+	}()
+	for i := 0; i < steps; i++ {
+		c := gen.Next()
+		key := prefix + fmt.Sprint(c.Key)
+		clock.Set(time.UnixMicro(c.Now).Sub(T0))
+		r := rng.IntN(100)
+		if r < 40 && len(open) > 0 {
+			j := rng.IntN(len(open))
+			res := open[j]
+			open = append(open[:j], open[j+1:]...)
+			actual := drawActual(rng, res)
+			line := fmt.Sprintf("at %d settle (reserved %d at %d, actual %d) %v", c.Now, res.n, res.at, actual, res.limit)
+			live := expireBefore(t, target, store, oracle, res.key, res.limit, c.Now)
+			want, wrote, werr := oracle.SettleN(res.key, res.limit, res.at, res.n, actual, c.Now)
+			if werr != nil {
+				t.Fatalf("step %d: the model refuses %s: %v", i, line, werr)
+			}
+			var before any
+			if !wrote && target.Before != nil {
+				before = target.Before(t, store, res.key, res.limit)
+			}
+			got, err := store.SettleN(ctx, res.key, res.limit, res.at, res.n, actual)
+			history[res.key] = record(history[res.key], line, got, err)
+			if err != nil || got != want {
+				t.Fatalf("step %d: store and model differ (err %v):\n%s\nmodel: %s", i, err, strings.Join(history[res.key], "\n"), show(want))
+			}
+			switch p, _ := res.limit.Params(); {
+			case actual < res.n:
+				refunds++
+			case actual > res.n:
+				charges++
+				if int64(actual-res.n) > p.Capacity+p.MaxDebt {
+					capped++
+				}
+			}
+			if wrote {
+				writes++
+				if probe, _ := oracle.Clone().AllowN(res.key, res.limit, 1, c.Now); !probe.Allowed {
+					owing++
+				}
+			}
+			afterCall(t, target, store, oracle, i, res.key, res.limit, got, wrote, before, live, history)
+			lookBoth(t, target, store, oracle, i, res.key, res.limit, c.Now, history)
+			gen.Saw(got)
+			continue
+		}
+		// A reservation, or now and then a plain decision.
+		line := fmt.Sprintf("at %d reserve %d %v", c.Now, c.N, c.Limit)
+		refused := c.N < 0 || int64(c.N) > model.Capacity(c.Limit)
+		live := false
+		if !refused {
+			live = expireBefore(t, target, store, oracle, key, c.Limit, c.Now)
+		}
+		want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
+		wrote := werr == nil && want.Allowed && c.N > 0
+		var before any
+		if !wrote && target.Before != nil {
+			before = target.Before(t, store, key, c.Limit)
+		}
+		var (
+			got tollgate.Result
+			at  = c.Now
+			err error
+		)
+		if r < 90 {
+			got, at, err = store.ReserveN(ctx, key, c.Limit, c.N)
+		} else {
+			line = fmt.Sprintf("at %d allow %d %v", c.Now, c.N, c.Limit)
+			got, err = store.AllowN(ctx, key, c.Limit, c.N)
+		}
+		history[key] = record(history[key], line, got, err)
+		switch {
+		case werr != nil:
+			if !errCost(err) {
+				t.Fatalf("step %d: the model refuses cost %d under %v, the store says %s, %v", i, c.N, c.Limit, show(got), err)
+			}
+			continue
+		case err != nil || got != want:
+			t.Fatalf("step %d: store and model differ (err %v):\n%s\nmodel: %s", i, err, strings.Join(history[key], "\n"), show(want))
+		case at != c.Now:
+			t.Fatalf("step %d: ReserveN returned the instant %d, want the store's clock %d", i, at, c.Now)
+		}
+		afterCall(t, target, store, oracle, i, key, c.Limit, got, wrote, before, live, history)
+		if got.Allowed && c.N > 0 {
+			open = append(open, reservationMade{key, c.Limit, at, c.N})
+			if len(open) > 64 {
+				open = open[1:] // never settled: that is allowed too
+			}
+		}
+		gen.Saw(got)
+	}
+}
+
+// drawActual returns an actual cost for res: nothing, less, the same,
+// somewhat more, or far more than any key may owe.
+func drawActual(rng *rand.Rand, res reservationMade) int {
+	capacity := res.limit.Capacity()
+	switch r := rng.IntN(100); {
+	case r < 20:
+		return 0
+	case r < 40:
+		return rng.IntN(res.n)
+	case r < 50:
+		return res.n
+	case r < 75:
+		return res.n + 1 + rng.IntN(min(capacity, 20))
+	case r < 90:
+		return res.n + rng.IntN(2*capacity+1)
+	default:
+		return 3*capacity + 1 + rng.IntN(5)
+	}
+}
+
+// afterCall calls target's After hook on a call's outcome; a store that forgot
+// the key's state (it expired in real time) makes the model forget it too.
+func afterCall(t *testing.T, target ModelTarget, s tollgate.Store, m *model.Model, i int, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any, live bool, history map[string][]string) {
+	t.Helper()
+	if target.After == nil {
+		return
+	}
+	if target.After(t, s, key, l, r, wrote, before, expiryAfter(m, key, l, r, wrote, live)) {
+		m.Reset(key, l)
+		history[key] = record(history[key], "  (the store forgot the state: so does the model)", r, nil)
+	}
+}
+
+// lookBoth looks at key on the store and on the model and requires the same
+// Result: the state after a settle, as a look reports it.
+func lookBoth(t *testing.T, target ModelTarget, s tollgate.Settler, m *model.Model, i int, key string, l tollgate.Limit, now int64, history map[string][]string) {
+	t.Helper()
+	live := expireBefore(t, target, s, m, key, l, now)
+	want, werr := m.AllowN(key, l, 0, now)
+	var before any
+	if target.Before != nil {
+		before = target.Before(t, s, key, l)
+	}
+	got, err := s.AllowN(context.Background(), key, l, 0)
+	history[key] = record(history[key], fmt.Sprintf("at %d look %v", now, l), got, err)
+	if werr != nil || err != nil || got != want {
+		t.Fatalf("step %d: the state after the settle differs (err %v, %v):\n%s\nmodel: %s", i, err, werr, strings.Join(history[key], "\n"), show(want))
+	}
+	afterCall(t, target, s, m, i, key, l, got, false, before, live, history)
+}
+
+// record appends a call and its outcome to a key's history, keeping the
+// last trailCalls.
+func record(h []string, line string, r tollgate.Result, err error) []string {
+	out := "  " + line + " -> " + show(r)
+	if err != nil {
+		out = "  " + line + " -> error " + err.Error()
+	}
+	if len(h) == trailCalls {
+		h = append(h[:0:0], h[1:]...)
+	}
+	return append(h, out)
+}
