@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate/tollgate"
 )
 
@@ -45,44 +43,4 @@ func ExecBatch(s *Store, calls []BatchCall) {
 // (µs): the Redis server's, or the WithClock value.
 func SettleAt(ctx context.Context, s *Store, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, int64, error) {
 	return s.settle(ctx, key, limit, at, reserved, actual)
-}
-
-// Replay makes, at the clock now (µs), a decision of cost n (reserved 0) or
-// a settle of a reservation of cost reserved made at at, by its script,
-// and lengthens the key's TTL to keep in the same MULTI: a state replayed
-// long after the fact lives on however long its TTL would have run in
-// real time.
-func Replay(ctx context.Context, s *Store, key string, limit tollgate.Limit, now int64, n int, at int64, reserved, actual int, keep time.Duration) (tollgate.Result, error) {
-	clock := strconv.FormatInt(now, 10)
-	rkey := s.Key(key, limit)
-	var cmd *redis.Cmd
-	if reserved == 0 {
-		p, err := tollgate.CheckRequest(key, limit, n)
-		if err != nil {
-			return tollgate.Result{}, err
-		}
-		_, err = s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			cmd = pipe.Eval(ctx, sources[p.Algorithm], []string{rkey}, scriptArgs(p, n, clock)...)
-			pipe.PExpire(ctx, rkey, keep)
-			return nil
-		})
-		if err != nil {
-			return tollgate.Result{}, err
-		}
-	} else {
-		p, d, err := tollgate.CheckSettle(key, limit, at, reserved, actual)
-		if err != nil {
-			return tollgate.Result{}, err
-		}
-		_, err = s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			cmd = pipe.Eval(ctx, settleSource, []string{rkey}, settleArgs(p, at, d, clock)...)
-			pipe.PExpire(ctx, rkey, keep)
-			return nil
-		})
-		if err != nil {
-			return tollgate.Result{}, err
-		}
-	}
-	res, _, err := s.result(limit, cmd.Val(), cmd.Err())
-	return res, err
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -35,13 +37,13 @@ const (
 // settleLimits are short enough that refill, window ends and log entries
 // leaving the window happen while the children run.
 var settleLimits = []tollgate.Limit{
-	{Algorithm: tollgate.TokenBucket, Rate: 40, Period: time.Second, Burst: 8},
-	{Algorithm: tollgate.GCRA, Rate: 40, Period: time.Second, Burst: 8},
-	{Algorithm: tollgate.LeakyBucket, Rate: 40, Period: time.Second, Burst: 8},
-	{Algorithm: tollgate.LeakyBucket, Rate: 40, Period: time.Second, Burst: 4, MaxDelay: 100 * time.Millisecond},
-	{Algorithm: tollgate.FixedWindow, Rate: 8, Period: 200 * time.Millisecond},
-	{Algorithm: tollgate.SlidingWindowCounter, Rate: 8, Period: 200 * time.Millisecond},
-	{Algorithm: tollgate.SlidingWindowLog, Rate: 8, Period: 200 * time.Millisecond},
+	{Algorithm: tollgate.TokenBucket, Rate: 200, Period: time.Second, Burst: 10},
+	{Algorithm: tollgate.GCRA, Rate: 200, Period: time.Second, Burst: 10},
+	{Algorithm: tollgate.LeakyBucket, Rate: 200, Period: time.Second, Burst: 10},
+	{Algorithm: tollgate.LeakyBucket, Rate: 400, Period: 2 * time.Second, Burst: 5, MaxDelay: 50 * time.Millisecond},
+	{Algorithm: tollgate.FixedWindow, Rate: 30, Period: 200 * time.Millisecond},
+	{Algorithm: tollgate.SlidingWindowCounter, Rate: 30, Period: 200 * time.Millisecond},
+	{Algorithm: tollgate.SlidingWindowLog, Rate: 30, Period: 200 * time.Millisecond},
 }
 
 // settleOp is one call a child made, as it logs it: op is "reserve" (n the
@@ -107,7 +109,7 @@ func settleChild() {
 			for range settleOps {
 				o := settleOp{proc: proc}
 				var err error
-				if len(open) > 0 && rng.IntN(2) == 0 {
+				if len(open) > 0 && rng.IntN(3) > 0 {
 					i := rng.IntN(len(open))
 					r := open[i]
 					open = slices.Delete(open, i, i+1)
@@ -155,11 +157,11 @@ func settleKey(prefix string, i int) string { return prefix + ":" + strconv.Itoa
 // reply, read here through SettleAt); Redis runs one script at a time and
 // each reads TIME once, so those times order the calls on a key as Redis
 // applied them (the test checks that no two calls on a key share a µs,
-// which would leave the order unknown). Replayed one by one in that order,
-// each at its own time through a fixed clock, on fresh keys of a store
-// nothing else touches, every call must get the Result the children got:
-// whatever the two processes interleaved, each call saw exactly the state
-// the calls before it left.
+// which would leave the order unknown). Replayed one by one in that order
+// on memorystore, its clock set to each call's time, every call must get
+// the Result the children got — whatever the two processes interleaved,
+// each call saw exactly the state the calls before it left — and every
+// key must end as the replay's.
 func TestSettleTwoProcesses(t *testing.T) {
 	t.Parallel()
 	prefix := key(t)
@@ -202,7 +204,7 @@ func TestSettleTwoProcesses(t *testing.T) {
 	// Sorted by the server's time; calls on one key must not share one.
 	slices.SortStableFunc(ops, func(a, b settleOp) int { return int(a.t - b.t) })
 	last := map[[2]int]int64{}
-	settled := [2]int{}
+	settled, denied := [2]int{}, 0
 	for _, o := range ops {
 		k := [2]int{o.key, o.limit}
 		if t0, ok := last[k]; ok && t0 == o.t {
@@ -211,10 +213,19 @@ func TestSettleTwoProcesses(t *testing.T) {
 		last[k] = o.t
 		if o.op == "settle" {
 			settled[o.proc]++
+		} else if !o.res.Allowed {
+			denied++
 		}
 	}
-	if ops[0].t > min(logs[0][len(logs[0])-1].t, logs[1][len(logs[1])-1].t) {
-		t.Errorf("the two processes did not run at the same time")
+	var first, final [2]int64
+	for i, log := range logs {
+		first[i], final[i] = log[0].t, log[0].t
+		for _, o := range log {
+			first[i], final[i] = min(first[i], o.t), max(final[i], o.t)
+		}
+	}
+	if first[0] > final[1] || first[1] > final[0] {
+		t.Errorf("the two processes did not run at the same time: %v to %v, %v to %v", first[0], final[0], first[1], final[1])
 	}
 	if settled[0] == 0 || settled[1] == 0 {
 		t.Fatalf("settles by process: %v, want some from each", settled)
@@ -225,9 +236,9 @@ func TestSettleTwoProcesses(t *testing.T) {
 	// before was full by then, or out of every window).
 	shared := redisstore.New(server.Client(t))
 	ctx := context.Background()
-	var clock *redis.TimeCmd
+	var tm *redis.TimeCmd
 	if _, err := server.Client(t).TxPipelined(ctx, func(p redis.Pipeliner) error {
-		clock = p.Time(ctx)
+		tm = p.Time(ctx)
 		for k := range settleKeys {
 			for _, limit := range settleLimits {
 				p.PExpire(ctx, shared.Key(settleKey(prefix, k), limit), time.Hour)
@@ -237,25 +248,23 @@ func TestSettleTwoProcesses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	end := clock.Val().UnixMicro()
+	end := tm.Val().UnixMicro()
 
-	// The replay runs on keys of its own, each call in a MULTI that also
-	// lengthens the key's TTL to an hour: the replay takes longer than the
-	// calls did, and its keys must not expire in real time meanwhile. A
-	// state kept past its TTL decides as no state would (a TTL runs until
-	// the state is full or out of every window), so that changes nothing
-	// a call reports.
-	replay := redisstore.New(server.Client(t), redisstore.WithPrefix("replay:"))
+	// memorystore replays every call, one by one, on its own clock set to
+	// the call's time.
+	clock := conformance.NewClock()
+	replay := memorystore.New(memorystore.WithClock(clock.Now))
 	for i, o := range ops {
+		clock.Set(time.UnixMicro(o.t).Sub(conformance.T0))
 		limit := settleLimits[o.limit]
 		var (
 			got tollgate.Result
 			err error
 		)
 		if o.op == "reserve" {
-			got, err = redisstore.Replay(ctx, replay, settleKey(prefix, o.key), limit, o.t, o.n, 0, 0, 0, time.Hour)
+			got, _, err = replay.ReserveN(ctx, settleKey(prefix, o.key), limit, o.n)
 		} else {
-			got, err = redisstore.Replay(ctx, replay, settleKey(prefix, o.key), limit, o.t, 0, o.at, o.n, o.actual, time.Hour)
+			got, err = replay.SettleN(ctx, settleKey(prefix, o.key), limit, o.at, o.n, o.actual)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -267,13 +276,15 @@ func TestSettleTwoProcesses(t *testing.T) {
 	}
 	// Afterwards every key looks the same, the children's and the
 	// replay's, at the instant end.
+	clock.Set(time.UnixMicro(end).Sub(conformance.T0))
+	at := redisstore.New(server.Client(t), redisstore.WithClock(clock.Now))
 	for k := range settleKeys {
 		for l, limit := range settleLimits {
-			got, err := redisstore.Replay(ctx, shared, settleKey(prefix, k), limit, end, 0, 0, 0, 0, time.Minute)
+			got, err := at.AllowN(ctx, settleKey(prefix, k), limit, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := redisstore.Replay(ctx, replay, settleKey(prefix, k), limit, end, 0, 0, 0, 0, time.Minute)
+			want, err := replay.AllowN(ctx, settleKey(prefix, k), limit, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,5 +293,5 @@ func TestSettleTwoProcesses(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d calls, %d of them settles, replayed in Redis's order", len(ops), settled[0]+settled[1])
+	t.Logf("%d calls, %d of them settles, %d denied reservations, replayed in Redis's order", len(ops), settled[0]+settled[1], denied)
 }

@@ -3,6 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/conformance"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -471,4 +475,126 @@ func TestSettleFunctions(t *testing.T) {
 	}
 	settle("library lost", map[string]int{"fcall": 1, "evalsha": 1})
 	settle("after the loss", map[string]int{"evalsha": 1})
+}
+
+// TestSettleModel runs the conformance's random reservations, settles,
+// refunds and charges beyond the cap against the reference model, with
+// every write's value and TTL checked in Redis (modelTarget).
+func TestSettleModel(t *testing.T) {
+	t.Parallel()
+	s := modelSeedFor(t)
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		conformance.SettleModel(t, modelTarget(standalone), 4**modelSteps, s)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		conformance.SettleModel(t, modelTarget(clustered), 2**modelSteps, s+1)
+	})
+}
+
+// TestSettleDifferential runs random decisions, reservations and settles of
+// them through a Redis store and through memorystore on one clock, and
+// requires the same Result of every call and the same instant from every
+// ReserveN. As in conformance.Differential, the clock never runs slower
+// than real time and never goes back, so a key Redis expired in real time
+// is one memorystore expired on the clock, and each (algorithm, period)
+// has one limit.
+func TestSettleDifferential(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+		start  time.Time
+		steps  int
+		seed   uint64
+	}{
+		{"standalone", standalone, conformance.T0, 3000, 1},
+		{"cluster", clustered, conformance.T0, 1500, 2},
+		// A time in µs has 16 digits: the scripts must keep every one.
+		{"year 2200", standalone, time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), 1500, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			settleDifferential(t, tc.client(t), tc.start, tc.steps, tc.seed)
+		})
+	}
+}
+
+func settleDifferential(t *testing.T, rdb redis.UniversalClient, start time.Time, steps int, seed uint64) {
+	clock := conformance.NewClockAt(start)
+	store := redisstore.New(rdb, redisstore.WithClock(clock.Now))
+	ref := memorystore.New(memorystore.WithClock(clock.Now))
+	rng := rand.New(rand.NewPCG(seed, 7))
+	ctx := context.Background()
+	prefix := key(t)
+	limits := []tollgate.Limit{
+		{Algorithm: tollgate.TokenBucket, Rate: 7, Period: time.Second, Burst: 5},
+		{Algorithm: tollgate.GCRA, Rate: 7, Period: time.Second, Burst: 5},
+		{Algorithm: tollgate.LeakyBucket, Rate: 7, Period: time.Second, Burst: 5},
+		{Algorithm: tollgate.LeakyBucket, Rate: 14, Period: 2 * time.Second, Burst: 3, MaxDelay: 300 * time.Millisecond},
+		{Algorithm: tollgate.FixedWindow, Rate: 6, Period: 700 * time.Millisecond},
+		{Algorithm: tollgate.SlidingWindowCounter, Rate: 6, Period: 700 * time.Millisecond},
+		{Algorithm: tollgate.SlidingWindowLog, Rate: 6, Period: 700 * time.Millisecond},
+	}
+	type reservation struct {
+		key   string
+		limit tollgate.Limit
+		at    int64
+		n     int
+	}
+	var (
+		open    []reservation
+		settles int
+		offset  time.Duration // the random steps so far
+	)
+	began := time.Now()
+	for i := range steps {
+		switch r := rng.IntN(10); {
+		case r < 4:
+		case r < 7:
+			offset += time.Duration(rng.IntN(1000)) * time.Microsecond
+		case r < 9:
+			offset += time.Duration(rng.IntN(200)) * time.Millisecond
+		default:
+			offset += time.Duration(rng.IntN(3000)) * time.Millisecond
+		}
+		clock.Set(time.Since(began).Truncate(time.Microsecond) + offset)
+		var (
+			got, want  tollgate.Result
+			gerr, werr error
+			line       string
+		)
+		if len(open) > 0 && rng.IntN(5) < 2 {
+			j := rng.IntN(len(open))
+			res := open[j]
+			open = slices.Delete(open, j, j+1)
+			actual := rng.IntN(3*res.n + 2)
+			if rng.IntN(4) == 0 {
+				actual = 0
+			}
+			line = fmt.Sprintf("settle %s reserved %d at %d, actual %d, under %v", res.key, res.n, res.at, actual, res.limit)
+			got, gerr = store.SettleN(ctx, res.key, res.limit, res.at, res.n, actual)
+			want, werr = ref.SettleN(ctx, res.key, res.limit, res.at, res.n, actual)
+			settles++
+		} else {
+			k := fmt.Sprint(prefix, rng.IntN(3))
+			limit := limits[rng.IntN(len(limits))]
+			n := rng.IntN(int(limit.Capacity()) + 1)
+			line = fmt.Sprintf("reserve %s %d under %v", k, n, limit)
+			var gat, wat int64
+			got, gat, gerr = store.ReserveN(ctx, k, limit, n)
+			want, wat, werr = ref.ReserveN(ctx, k, limit, n)
+			if gerr == nil && gat != wat {
+				t.Fatalf("step %d: %s: ReserveN at %d, memorystore at %d", i, line, gat, wat)
+			}
+			if gerr == nil && got.Allowed && n > 0 {
+				open = append(open, reservation{k, limit, gat, n})
+			}
+		}
+		if (gerr == nil) != (werr == nil) || got != want {
+			t.Fatalf("step %d at T0+%v: %s:\nredis  %+v (err %v)\nmemory %+v (err %v)", i, clock.Now().Sub(start), line, got, gerr, want, werr)
+		}
+	}
+	t.Logf("%d calls, %d settles, over %v of the test's clock", steps, settles, clock.Now().Sub(start))
 }
