@@ -118,26 +118,6 @@ local function muldiv(v, to, from, limit, up)
   return math.min(q, limit)
 end
 
--- debt returns the most a token bucket of burst tokens, counted in units
--- of 1/unit token, may owe after a settle's extra charge, in units: its
--- MaxDebt (limit.go), which keeps every sum of tokens and refill below 2^53.
-local function debt(burst, unit)
-  return math.max(0, math.min(burst, fdiv(9007199254740991, unit) - burst)) * unit
-end
-
--- rescale converts a token bucket's tokens, kept in units of 1/from token,
--- to units of 1/to token (the rate changed), exactly: rounded down and at
--- most hi. Tokens below 0 are a debt a settle's extra charge left
--- (settle.lua): rounded to the larger debt, and at most the MaxDebt of a
--- bucket of burst tokens under the new unit — a debt counted under a much
--- coarser unit would not count exactly under a fine one.
-local function rescale(v, to, from, hi, burst)
-  if v >= 0 then
-    return muldiv(v, to, from, hi, false)
-  end
-  return -muldiv(-v, to, from, debt(burst, to), true)
-end
-
 -- run makes the decisions of one call and returns the reply. Each
 -- algorithm's file ends with run(decide, nargs, nowarg, KEYS, ARGV) (as a
 -- Redis 7 function, the same with the function's keys and arguments):

@@ -73,8 +73,11 @@ local function tb(key, argv, o, now, d, bound)
     if not (tokens and ts and u) then
       return corrupt()
     end
-    if u ~= unit then
-      tokens = rescale(tokens, unit, u, capacity, burst)
+    -- As token_bucket.lua reads them: a debt at most MaxDebt.
+    if u ~= unit and tokens >= 0 then
+      tokens = muldiv(tokens, unit, u, capacity)
+    elseif u ~= unit then
+      tokens = -muldiv(-tokens, unit, u, most, true)
     elseif tokens < 0 then
       tokens = math.max(tokens, -most)
     end

@@ -60,12 +60,22 @@ local function decide(key, argv, o, now)
     if not (tokens and ts and u) then
       return corrupt()
     end
-    if u ~= unit then
-      tokens = rescale(tokens, unit, u, capacity, capacity / unit)
+    if u ~= unit and tokens >= 0 then
+      tokens = muldiv(tokens, unit, u, capacity)
     elseif tokens < 0 then
-      -- A debt is at most this limit's MaxDebt: a lowered burst forgives
-      -- the rest.
-      tokens = math.max(tokens, -debt(capacity / unit, unit))
+      -- A debt (settle.lua) is at most this limit's MaxDebt, in units (as
+      -- limit.go computes it): a lowered burst forgives the rest, and a
+      -- debt kept under another unit, rounded to the larger debt, would
+      -- not count exactly under a much finer one. Inline, not helpers in
+      -- lib.lua: two helpers there cost every script call 1,300 to 1,900
+      -- instructions (bench/luacost.sh) to build, used or not.
+      local burst = capacity / unit
+      local most = math.max(0, math.min(burst, fdiv(9007199254740991, unit) - burst)) * unit
+      if u ~= unit then
+        tokens = -muldiv(-tokens, unit, u, most, true)
+      else
+        tokens = math.max(tokens, -most)
+      end
     end
     if now > ts then
       tokens = tokens + (now - ts) * rate
