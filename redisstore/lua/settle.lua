@@ -37,6 +37,15 @@
 --     full). A charge of a key with no state starts one.
 --   * The time is one argument (ARGV[2]) like a decision's, so run reads
 --     TIME as a decision does, and the reply ends with it as a decision's.
+--     Go sends one key a call (run could take a batch; settles come one a
+--     request, after it): one key, so one Cluster slot, the hash tag in
+--     KEYS[1] as in every script.
+--   * The windows find the reservation by at, not by the key's time: a
+--     refund goes to the window at fell in, and only while the key keeps
+--     it (fixed window: as its window; counter: as its window or the
+--     previous one). The log removes entries at exactly at, the newest
+--     numbered first, so the entries of one µs stay numbered 0..k-1 and
+--     the next added at that µs merge with none.
 
 -- look is the reply once the key's state is known.
 local function look(remaining, reset, now)
