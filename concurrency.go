@@ -3,6 +3,7 @@ package tollgate
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -40,6 +41,15 @@ type ConcurrencyStore interface {
 	// holder releases one first. max may change between calls: a lowered
 	// max admits no one until enough permits are gone, and takes none away.
 	Acquire(ctx context.Context, key string, max int, lease time.Duration) (Permit, ConcurrencyResult, error)
+	// AcquireID is Acquire for a permit whose ID the caller names (32
+	// lowercase hex digits, as PermitID makes from a request's own ID), so
+	// that a process that knows only that name — another replica, the
+	// second call of a gateway — can release it without having been handed
+	// the Permit. An ID the key already holds is not taken again: the call
+	// is denied, its RetryAfter running until that permit's lease ends, so
+	// that two requests under one name never share one slot. An invalid ID
+	// is ErrInvalidPermit.
+	AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (Permit, ConcurrencyResult, error)
 	// Release gives the permit's slot back at once. Releasing a permit that
 	// is already released or has lapsed does nothing and is not an error,
 	// so a deferred Release is always safe. Give it a context that the
@@ -133,20 +143,49 @@ func CheckLease(lease time.Duration) (int64, error) {
 }
 
 // CheckPermit validates a Permit before Release or Renew: a valid key and an
-// ID of 32 lowercase hex digits, as NewPermitID makes (ErrInvalidPermit).
+// ID of 32 lowercase hex digits, as NewPermitID and PermitID make
+// (ErrInvalidPermit).
 func CheckPermit(p Permit) error {
 	if err := checkKey(p.Key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPermit, err)
 	}
-	if len(p.ID) != 32 {
-		return fmt.Errorf("%w: an ID is 32 hex digits, got %d bytes", ErrInvalidPermit, len(p.ID))
+	return checkID(p.ID)
+}
+
+// CheckAcquireID validates an AcquireID as CheckAcquire does, and its ID
+// as CheckPermit does.
+func CheckAcquireID(key, id string, max int, lease time.Duration) (int64, error) {
+	leaseUS, err := CheckAcquire(key, max, lease)
+	if err != nil {
+		return 0, err
 	}
-	for i := 0; i < len(p.ID); i++ {
-		if c := p.ID[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+	return leaseUS, checkID(id)
+}
+
+func checkID(id string) error {
+	if len(id) != 32 {
+		return fmt.Errorf("%w: an ID is 32 hex digits, got %d bytes", ErrInvalidPermit, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return fmt.Errorf("%w: an ID is 32 lowercase hex digits", ErrInvalidPermit)
 		}
 	}
 	return nil
+}
+
+// PermitID returns the permit ID that name stands for: the first 128 bits
+// of its SHA-256, in 32 hex digits. Every process computes the same ID
+// from the same name, so a request's own identifier (Envoy's
+// x-request-id) names its permit on every replica, at the start of the
+// request and at its end. Names are hashed rather than used as they are so
+// that any string, however long, makes a valid ID; two names sharing an ID
+// are as likely as two random IDs colliding. Anyone who can choose the
+// name can choose the ID: take names from something the clients do not
+// control.
+func PermitID(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:16])
 }
 
 // NewPermitID returns a fresh permit ID: 128 bits from crypto/rand in 32

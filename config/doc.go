@@ -51,6 +51,24 @@
 //   - cost: how much one hit spends (default 1); a request spends
 //     hits_addend × cost.
 //
+// # Concurrency rules
+//
+// A descriptor may carry a concurrency limit instead of a rate_limit
+// (tollgate's own key; a descriptor with both is an error):
+//
+//	descriptors:
+//	- key: tenant
+//	  concurrency:
+//	    max_in_flight: 5     # 1 to 10,000 requests of one tenant at once
+//	    lease: 5m            # a Go duration, 1ms to 24h
+//	    name: per_tenant     # optional, as a rate_limit's
+//	    failure_mode: closed # optional, as a rate_limit's
+//
+// It matches like any rule; what a server does with it — a slot taken when
+// a request starts, given back when it ends or when its lease runs out —
+// is the server's (see package server). Rules.Dump shows it as
+// "domain.tenant: concurrency max_in_flight=5 lease=5m0s, ...".
+//
 // Anything else is an error naming the file, the line and the column, and
 // so is every invalid value; Load returns every error of a file at once.
 //

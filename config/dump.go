@@ -22,7 +22,12 @@ import (
 // keeps envoy's shape: domains by name, and in each a descriptor's line
 // before the lines of the descriptors under it, siblings sorted by
 // "key" or "key_value" (the order of their bytes). Descriptors without a
-// rate_limit have no line of their own. A nil Rules writes nothing.
+// rate_limit have no line of their own. A concurrency rule, which envoy
+// has no form for, shows its limit instead of a unit:
+//
+//	domain.tenant: concurrency max_in_flight=5 lease=5m0s, shadow_mode: false, quota_mode: false
+//
+// A nil Rules writes nothing.
 func (r *Rules) Dump(w io.Writer) error {
 	if r == nil {
 		return nil
@@ -70,10 +75,18 @@ func dumpNode(w *bufio.Writer, n *node) {
 // rateLimitDescriptor.dump formats it.
 func appendDumpLine(b []byte, r *Rule) []byte {
 	b = append(b, r.ID...)
-	b = append(b, ": unit="...)
-	b = append(b, strings.ToUpper(r.Unit.String())...)
-	b = append(b, " requests_per_unit="...)
-	b = strconv.AppendUint(b, uint64(r.RequestsPerUnit), 10)
+	if c := r.Concurrency; c != nil {
+		// No envoy form to keep: a concurrency rule is tollgate's own.
+		b = append(b, ": concurrency max_in_flight="...)
+		b = strconv.AppendInt(b, int64(c.Max), 10)
+		b = append(b, " lease="...)
+		b = append(b, c.Lease.String()...)
+	} else {
+		b = append(b, ": unit="...)
+		b = append(b, strings.ToUpper(r.Unit.String())...)
+		b = append(b, " requests_per_unit="...)
+		b = strconv.AppendUint(b, uint64(r.RequestsPerUnit), 10)
+	}
 	b = append(b, ", shadow_mode: "...)
 	b = strconv.AppendBool(b, r.ShadowMode)
 	b = append(b, ", quota_mode: "...)

@@ -112,6 +112,10 @@ type Rule struct {
 	Limit tollgate.Limit
 	// Cost is how much one hit spends (at least 1).
 	Cost int
+	// Concurrency, when not nil, makes the rule a concurrency limit: at
+	// most Concurrency.Max requests of a counter in flight at once,
+	// instead of a rate. Unit, RequestsPerUnit and Limit are then zero.
+	Concurrency *Concurrency
 	// FailureMode decides when the store fails.
 	FailureMode FailureMode
 	// ShadowMode rules count but always answer OK.
@@ -241,7 +245,30 @@ func appendStep(b []byte, key, value string, always bool) []byte {
 
 // DenyAll reports whether the rule denies every request that spends
 // something (requests_per_unit: 0).
-func (r *Rule) DenyAll() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
+func (r *Rule) DenyAll() bool { return !r.Unlimited && r.Concurrency == nil && r.RequestsPerUnit == 0 }
+
+// Concurrency is a concurrency rule's limit, as a file's concurrency
+// mapping writes it:
+//
+//	descriptors:
+//	- key: tenant
+//	  concurrency:
+//	    max_in_flight: 5   # requests of one tenant in flight at once
+//	    lease: 5m          # how long a slot stays taken if its release never comes
+//
+// A request takes a slot when it starts and gives it back when it ends; a
+// slot whose release is lost (a gateway that crashed, a call that never
+// arrived) is given back when its lease ends. The lease is the longest a
+// lost release can keep a slot, and should be longer than the longest
+// request: one still running when its lease ends no longer counts.
+type Concurrency struct {
+	// Max is how many requests may hold a slot at once: 1 to
+	// tollgate.MaxConcurrency.
+	Max int
+	// Lease is how long a slot is held unless released first:
+	// tollgate.MinLease to tollgate.MaxLease.
+	Lease time.Duration
+}
 
 // SharedValue returns the value that replaces the request's entry i in the
 // counter's key, and whether there is one (share_threshold).

@@ -104,6 +104,22 @@ func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease ti
 	if err != nil {
 		return tollgate.Permit{}, res, fmt.Errorf("memorystore: acquire: %w", err)
 	}
+	// Drawn before the lock: it reads the system's random source.
+	return s.acquire(ctx, key, tollgate.NewPermitID(), max, leaseUS)
+}
+
+// AcquireID implements tollgate.ConcurrencyStore.
+func (s *Concurrency) AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+	leaseUS, err := tollgate.CheckAcquireID(key, id, max, lease)
+	if err != nil {
+		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("memorystore: acquire: %w", err)
+	}
+	return s.acquire(ctx, key, id, max, leaseUS)
+}
+
+// acquire takes a slot of key for the permit id, checked.
+func (s *Concurrency) acquire(ctx context.Context, key, id string, max int, leaseUS int64) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+	res := tollgate.ConcurrencyResult{Max: max}
 	if err := ctx.Err(); err != nil {
 		return tollgate.Permit{}, res, fmt.Errorf("memorystore: acquire: %w", err)
 	}
@@ -111,7 +127,6 @@ func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease ti
 	if err != nil {
 		return tollgate.Permit{}, res, err
 	}
-	id := tollgate.NewPermitID() // drawn before the lock: it reads the system's random source
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -119,6 +134,11 @@ func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease ti
 	count := 0
 	if ps != nil {
 		count = len(ps.exp)
+		if e, held := ps.exp[id]; held {
+			// The name is taken: one slot per permit.
+			res.RetryAfter = time.Duration(e-now) * time.Microsecond
+			return tollgate.Permit{}, res, nil
+		}
 	}
 	if count >= max {
 		// The count-max+1 earliest leases must end before a slot is free

@@ -62,16 +62,30 @@ func (s *Store) nowArg() (string, error) {
 // their own, also with WithPipeline: they guard slow work, where a round
 // trip saved is nothing.
 func (s *Store) Acquire(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
-	res := tollgate.ConcurrencyResult{Max: max}
 	leaseUS, err := tollgate.CheckAcquire(key, max, lease)
 	if err != nil {
-		return tollgate.Permit{}, res, fmt.Errorf("redisstore: acquire: %w", err)
+		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
+	return s.acquire(ctx, key, tollgate.NewPermitID(), max, leaseUS)
+}
+
+// AcquireID implements tollgate.ConcurrencyStore: Acquire's script call,
+// with the caller's ID. The script refuses an ID the key already holds.
+func (s *Store) AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+	leaseUS, err := tollgate.CheckAcquireID(key, id, max, lease)
+	if err != nil {
+		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	return s.acquire(ctx, key, id, max, leaseUS)
+}
+
+// acquire runs the acquire script for the permit id, checked.
+func (s *Store) acquire(ctx context.Context, key, id string, max int, leaseUS int64) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+	res := tollgate.ConcurrencyResult{Max: max}
 	now, err := s.nowArg()
 	if err != nil {
 		return tollgate.Permit{}, res, err
 	}
-	id := tollgate.NewPermitID()
 	// Errors name the operation, not the key: keys hold client addresses
 	// and API keys, and errors end up in logs.
 	reply, err := concAcquire.Run(ctx, s.client, []string{s.ConcurrencyKey(key)}, max, leaseUS, id, now).Result()

@@ -47,6 +47,23 @@
 // one request counts at most one store timeout however many descriptors it
 // carries.
 //
+// # Stream-done calls and concurrency rules
+//
+// Envoy calls the service a second time when a request's stream is done,
+// for the route's rate limits marked apply_on_stream_done, with
+// hits_addend taken from the response. A descriptor of that call carries
+// the entry tollgate.phase=stream_done (PhaseKey), which the service takes
+// out before matching, so that it meets the rule and counter of the
+// request's start. For a rate rule the call charges its hits to the
+// counter even past what is left (charge): the next request is over the
+// limit. A rule with a concurrency limit (config.Concurrency) takes a slot
+// at the request's start, OVER_LIMIT when none is free, and gives it back
+// on the stream-done call; both name the slot with the entry
+// tollgate.permit (PermitKey), the request's x-request-id, so that any
+// replica can release what another took. A slot whose release never comes
+// is given back when its lease ends. The slots are in the concurrency
+// store (WithConcurrencyStore): Redis for slots every replica shares.
+//
 // # Invalid requests
 //
 // Whoever reaches the service can send anything, so one request is

@@ -66,7 +66,9 @@ func WithMaxEntries(n int) Option {
 // request or on a descriptor (default DefaultMaxHits); a request with a
 // larger one is invalid. The rule's cost multiplies it afterwards, and a
 // total above what the rule can ever admit at once (Limit.Capacity) is
-// invalid too. n ≤ 0 keeps the default.
+// invalid too. A descriptor's hits_addend on a stream-done call
+// (PhaseStreamDone) is not bounded by it: that charge spends at most its
+// rule's capacity, however many hits it reports. n ≤ 0 keeps the default.
 func WithMaxHits(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
@@ -104,10 +106,11 @@ const (
 	invalidOverride           // a descriptor's own limit no store can count with
 	invalidTooLarge           // a body over the size bound
 	invalidAuth               // the auth endpoint: a missing header, a bad path or query
+	invalidPhase              // a tollgate.phase it does not know, a release that names no permit
 	numInvalid
 )
 
-var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth"}
+var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth", "phase"}
 
 // check refuses a request past the bounds before any rule is looked up.
 func (s *Server) check(api int, req *pb.RateLimitRequest) error {
@@ -128,7 +131,10 @@ func (s *Server) check(api int, req *pb.RateLimitRequest) error {
 		if n := len(d.GetEntries()); n > s.maxEntries {
 			return s.invalid(api, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
 		}
-		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) {
+		// A stream-done charge spends at most its rule's capacity (see
+		// charge), whatever its hits: its cost to the store is bounded
+		// without refusing a response that reports many tokens.
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) && !streamDone(d.GetEntries()) {
 			return s.invalid(api, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
 		}
 	}
@@ -148,6 +154,9 @@ func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) err
 		r := it.rule
 		if r == nil || it.dropped {
 			continue
+		}
+		if r.Concurrency != nil && it.phase == phaseStreamDone && it.permit == "" {
+			return s.invalid(api, invalidPhase, fmt.Sprintf("descriptor %d: a stream-done call of a concurrency rule must name the request's permit (%s)", i, PermitKey))
 		}
 		if it.state == nil { // a descriptor's own limit
 			if r.Unlimited {

@@ -16,10 +16,12 @@ const (
 	outcomeUnlimited                 // an unlimited rule
 	outcomeFailOpen                  // the store failed; answered OK
 	outcomeFailClosed                // the store failed; answered OVER_LIMIT
+	outcomeCharged                   // a stream-done call's hits charged to the counter
+	outcomeReleased                  // a stream-done call released a concurrency slot
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow", "unlimited", "fail_open", "fail_closed"}
+var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow", "unlimited", "fail_open", "fail_closed", "charged", "released"}
 
 // APIs a request can come through, for tollgate_serve_requests_total.
 const (
@@ -68,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_serve_decisions_total",
-			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit, answered OK by shadow_mode), unlimited, fail_open and fail_closed (the store failed or missed its deadline).",
+			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit, answered OK by shadow_mode), unlimited, fail_open and fail_closed (the store failed or missed its deadline), charged (hits a stream-done call charged) and released (a concurrency slot a stream-done call gave back).",
 		}, []string{"domain", "rule", "outcome"}),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_serve_store_duration_seconds",
@@ -123,7 +125,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.storeErrors[1] = storeErrors.WithLabelValues("error")
 	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_invalid_total",
-		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, cost, override, too_large, auth.",
+		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, override, too_large, auth, phase.",
 	}, []string{"reason"})
 	for r := range numInvalid {
 		m.invalid[r] = invalid.WithLabelValues(invalidNames[r])

@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/ruleset"
 	"github.com/tollgate/tollgate/internal/storekey"
 )
@@ -68,6 +69,10 @@ type Server struct {
 	logEvery time.Duration
 	// engine spends each descriptor's limit: the step every door shares.
 	engine *ruleset.Engine
+	// conc holds the slots of concurrency rules (WithConcurrencyStore);
+	// flowLog paces the logs of its calls and of stream-done charges.
+	conc    tollgate.ConcurrencyStore
+	flowLog guard.Sampler
 }
 
 // snapshot is the rules in force and what the server keeps per rule.
@@ -199,6 +204,7 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 		}
 	}
 	s.engine = ruleset.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
+	s.flowLog.Every = s.logEvery
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()
 	return s, nil
@@ -224,7 +230,11 @@ func (s *Server) SetRules(rules *config.Rules) {
 		st := &sn.per[i]
 		st.rule = r
 		st.point = s.point(r)
-		if !r.Unlimited {
+		switch {
+		case r.Concurrency != nil:
+			// No unit: requests_per_unit is how many may be in flight.
+			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: uint32(r.Concurrency.Max)}
+		case !r.Unlimited:
 			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
 		}
 	}
@@ -312,6 +322,8 @@ type item struct {
 	rule    *config.Rule
 	state   *ruleState // nil for an override limit
 	dropped bool       // replaced by another rule of the request
+	phase   phase      // which call of the request (PhaseKey)
+	permit  string     // the request's name for a concurrency slot (PermitKey)
 }
 
 // decide answers one request. It is the heart of every API. Besides the
@@ -341,6 +353,10 @@ func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitReques
 	if err := s.check(api, req); err != nil {
 		return nil, nil, err
 	}
+	req, marks, err := s.stripMarks(api, req)
+	if err != nil {
+		return nil, nil, err
+	}
 	sn := s.snap.Load()
 	var stack [4]item
 	items := stack[:0]
@@ -348,6 +364,9 @@ func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitReques
 		items = make([]item, 0, n)
 	}
 	items = s.match(sn, req, items)
+	for i, m := range marks {
+		items[i].phase, items[i].permit = m.phase, m.permit
+	}
 	if err := s.checkItems(api, req, items); err != nil {
 		return nil, nil, err
 	}
@@ -391,7 +410,9 @@ func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, i
 		s.count(it, d.GetEntries(), a.o)
 		s.countHits(s.statsFor(it, d.GetEntries()), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
 		t.add(it.rule, &p.statuses[i], s.quotaMode)
-		if s.flavor != 0 && (a.o == outcomeOK || a.o == outcomeOverLimit || a.o == outcomeShadow) {
+		// Header fields describe a rate: not a concurrency rule's slots,
+		// nor a charge, whose answer Envoy ignores.
+		if s.flavor != 0 && it.rule.Concurrency == nil && (a.o == outcomeOK || a.o == outcomeOverLimit || a.o == outcomeShadow) {
 			t.hds = append(t.hds, headerDecision(it.rule, a.o, a.res))
 		}
 	}
@@ -562,9 +583,14 @@ func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.Ra
 		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
 	}
 	hits := hitsOf(req, d)
-	if r.DenyAll() {
+	switch {
+	case r.Concurrency != nil:
+		o, res = s.concurrent(q, req.Domain, d.GetEntries(), it, hits, st, reset)
+	case r.DenyAll():
 		o, res = s.denyAll(r, hits, st, reset)
-	} else {
+	case it.phase == phaseStreamDone:
+		o, res = s.charge(q, req.Domain, d.GetEntries(), it, hits, st, reset)
+	default:
 		o, res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	}
 	if o == outcomeOverLimit && r.ShadowMode {

@@ -192,7 +192,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 		timeout = 0
 	}
 	srv, err := server.New(store.Store, append(opts,
-		server.WithTimeout(timeout), server.WithLogger(log), server.WithPing(store.ping),
+		server.WithTimeout(timeout), server.WithLogger(log), server.WithPing(store.ping), server.WithConcurrencyStore(store.conc),
 		server.WithParallelDescriptors(store.ping != nil))...) // a remote store: one round trip per request
 	if err != nil {
 		store.cleanup()
@@ -254,6 +254,7 @@ func (f *serveFlags) serverOptions() ([]server.Option, error) {
 // serveStore is the store serve decides with, and what goes with it.
 type serveStore struct {
 	tollgate.Store
+	conc    tollgate.ConcurrencyStore   // the slots of concurrency rules
 	name    string                      // "memory" or "redis", for the log
 	ping    func(context.Context) error // nil for the memory store
 	cleanup func()                      // closes the Redis client
@@ -263,7 +264,7 @@ type serveStore struct {
 // is no Redis URL, else a Redis store whose scripts are preloaded.
 func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, error) {
 	if target.url == "" {
-		return serveStore{Store: memorystore.New(), name: "memory", cleanup: func() {}}, nil
+		return serveStore{Store: memorystore.New(), conc: memorystore.NewConcurrency(), name: "memory", cleanup: func() {}}, nil
 	}
 	// go-redis logs through the service's logger, sampled and redacted,
 	// from its first connection on.
@@ -284,12 +285,17 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	// Preload the scripts; if Redis is not there yet, the first decisions
 	// load them.
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := rs.Load(lctx); err != nil {
+	err = rs.Load(lctx)
+	if err == nil {
+		err = rs.LoadConcurrency(lctx)
+	}
+	if err != nil {
 		log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", target.redact.Redact(err.Error()))
 	}
 	cancel()
 	return serveStore{
 		Store:   store,
+		conc:    rs,
 		name:    "redis",
 		ping:    func(ctx context.Context) error { return client.Ping(ctx).Err() },
 		cleanup: func() { client.Close() },

@@ -43,6 +43,8 @@ const (
 	acquire op = iota
 	release
 	renew
+	acquireNamed // AcquireID, the permit named by PermitID(name)
+	releaseNamed // Release of the permit PermitID(name), made from the name alone
 )
 
 // cstep is one call at T0+at. Permits are numbered in the order they were
@@ -53,6 +55,7 @@ type cstep struct {
 	max    int           // acquire
 	lease  time.Duration // acquire, renew
 	permit int           // release, renew
+	name   string        // acquireNamed, releaseNamed
 	// want is an Acquire's result (Max is filled in), or for a renewal
 	// Allowed false when it must fail with ErrPermitExpired.
 	want tollgate.ConcurrencyResult
@@ -76,6 +79,17 @@ func rel(at time.Duration, permit int) cstep {
 
 func ren(at time.Duration, permit int, lease time.Duration, held bool) cstep {
 	return cstep{at: at, op: renew, permit: permit, lease: lease, held: -1, want: tollgate.ConcurrencyResult{Allowed: held}}
+}
+
+// named makes an acquire step (acq or full) an AcquireID of the permit
+// named name.
+func named(st cstep, name string) cstep {
+	st.op, st.name = acquireNamed, name
+	return st
+}
+
+func relNamed(at time.Duration, name string) cstep {
+	return cstep{at: at, op: releaseNamed, name: name, held: -1}
 }
 
 // holding adds a check of what the key holds after the step.
@@ -161,6 +175,30 @@ func concurrencyScenarios() []cscenario {
 		}},
 		// Redis expires keys in real time while the test's clock stands
 		// still, so a short lease is only seen to end, not to hold.
+		{"a named permit is released by its name alone", []cstep{
+			holding(named(acq(0, 2, 10*sec, 1), "req-a"), 1, 10*sec),
+			named(acq(1*sec, 2, 10*sec, 0), "req-b"),
+			named(full(2*sec, 2, 10*sec, 8*sec), "req-c"),
+			holding(relNamed(3*sec, "req-a"), 1, 8*sec),
+			named(acq(3*sec, 2, 10*sec, 0), "req-c"),
+			relNamed(4*sec, "req-unknown"), // names nothing held: changes nothing
+			named(full(4*sec, 2, 10*sec, 7*sec), "req-d"),
+		}},
+		{"a name held is not taken twice", []cstep{
+			named(acq(0, 3, 10*sec, 2), "req-a"),
+			holding(named(full(2*sec, 3, 10*sec, 8*sec), "req-a"), 1, 8*sec), // until its own lease ends
+			acq(2*sec, 3, 10*sec, 1),                                         // other permits still fit
+			relNamed(3*sec, "req-a"),
+			holding(named(acq(3*sec, 3, 10*sec, 1), "req-a"), 2, 10*sec), // released: the name is free again
+		}},
+		{"a named permit lapses like any other", []cstep{
+			named(acq(0, 1, 5*sec, 0), "req-a"),
+			named(full(4*sec, 1, 5*sec, 1*sec), "req-b"),
+			named(acq(5*sec, 1, 5*sec, 0), "req-b"), // the lost release came back after the lease
+			relNamed(6*sec, "req-a"),                // late: its slot is req-b's, and stays so
+			holding(named(full(6*sec, 1, 5*sec, 4*sec), "req-c"), 1, 4*sec),
+			named(acq(6*sec, 2, 5*sec, 0), "req-a"), // the lapsed name may be taken again
+		}},
 		{"the shortest lease", []cstep{
 			acq(0, 1, tollgate.MinLease, 0),
 			acq(tollgate.MinLease, 1, tollgate.MinLease, 0),
@@ -187,8 +225,17 @@ func RunConcurrency(t *testing.T, b ConcurrencyBackend) {
 				clock.Set(st.at)
 				what := fmt.Sprintf("step %d (at %v, %v)", j, st.at, st)
 				switch st.op {
-				case acquire:
-					p, got, err := store.Acquire(ctx, key, st.max, st.lease)
+				case acquire, acquireNamed:
+					var (
+						p   tollgate.Permit
+						got tollgate.ConcurrencyResult
+						err error
+					)
+					if st.op == acquire {
+						p, got, err = store.Acquire(ctx, key, st.max, st.lease)
+					} else {
+						p, got, err = store.AcquireID(ctx, key, tollgate.PermitID(st.name), st.max, st.lease)
+					}
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
@@ -202,12 +249,19 @@ func RunConcurrency(t *testing.T, b ConcurrencyBackend) {
 						if got, want := p.Expires, clock.Now().Add(lease); !got.Equal(want) || p.Key != key || len(p.ID) != 32 {
 							t.Fatalf("%s: permit %+v, want one on %q expiring at %v", what, p, key, want)
 						}
+						if st.op == acquireNamed && p.ID != tollgate.PermitID(st.name) {
+							t.Fatalf("%s: permit ID %s, want %s", what, p.ID, tollgate.PermitID(st.name))
+						}
 						permits = append(permits, p)
 					} else if p != (tollgate.Permit{}) {
 						t.Fatalf("%s: denied with permit %+v, want the zero Permit", what, p)
 					}
 				case release:
 					if err := store.Release(ctx, permits[st.permit]); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+				case releaseNamed:
+					if err := store.Release(ctx, tollgate.Permit{Key: key, ID: tollgate.PermitID(st.name)}); err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
 				case renew:
@@ -245,6 +299,10 @@ func (st cstep) String() string {
 		return fmt.Sprintf("release permit %d", st.permit)
 	case renew:
 		return fmt.Sprintf("renew permit %d for %v", st.permit, st.lease)
+	case acquireNamed:
+		return fmt.Sprintf("acquire %q max %d lease %v", st.name, st.max, st.lease)
+	case releaseNamed:
+		return fmt.Sprintf("release %q", st.name)
 	}
 	return fmt.Sprintf("acquire max %d lease %v", st.max, st.lease)
 }
@@ -292,6 +350,20 @@ func invalidConcurrency(t *testing.T, s tollgate.ConcurrencyStore, clock *Clock)
 			t.Errorf("Acquire %s: %+v, %+v, %v; want %v", tc.name, p, res, err, tc.want)
 		}
 	}
+	for _, tc := range []struct{ name, id string }{
+		{"empty ID", ""},
+		{"short ID", "0123456789abcdef0123456789abcde"},
+		{"upper-case ID", "0123456789ABCDEF0123456789abcdef"},
+		{"a name, not an ID", "req-0123456789abcdef0123456789ab"},
+	} {
+		p, res, err := s.AcquireID(ctx, key, tc.id, 1, sec)
+		if !errors.Is(err, tollgate.ErrInvalidPermit) || res.Allowed || p != (tollgate.Permit{}) {
+			t.Errorf("AcquireID %s: %+v, %+v, %v; want ErrInvalidPermit", tc.name, p, res, err)
+		}
+	}
+	if _, _, err := s.AcquireID(ctx, "", tollgate.PermitID("x"), 1, sec); !errors.Is(err, tollgate.ErrInvalidKey) {
+		t.Errorf("AcquireID with no key: %v, want ErrInvalidKey", err)
+	}
 	// A real permit, to renew and release with broken copies of it.
 	good, res, err := s.Acquire(ctx, key, 1, sec)
 	if err != nil || !res.Allowed {
@@ -328,8 +400,8 @@ func invalidConcurrency(t *testing.T, s tollgate.ConcurrencyStore, clock *Clock)
 	}
 }
 
-// ConcurrencyModel runs a random sequence of Acquire, Release and Renew on a
-// few keys through the store b makes, with a clock that stands still, moves
+// ConcurrencyModel runs a random sequence of Acquire (a third of them
+// AcquireID, under names that repeat), Release and Renew on a few keys through the store b makes, with a clock that stands still, moves
 // forward in small and large steps and (if b.StepsBack) back, and checks
 // every answer against a deliberately simple model: per key, a list of
 // (ID, expiry) from which each call on the key first drops what has lapsed.
@@ -389,14 +461,28 @@ func ConcurrencyModel(t *testing.T, b ConcurrencyBackend, steps int, seed uint64
 		switch r := rng.IntN(100); {
 		case r < 50 || len(granted) == 0:
 			max := 1 + rng.IntN(4)
-			p, got, err := store.Acquire(ctx, key, max, lease)
+			var (
+				p   tollgate.Permit
+				got tollgate.ConcurrencyResult
+				err error
+				id  string // a named permit's ID, from a small pool so that names repeat
+			)
+			if rng.IntN(3) == 0 {
+				id = tollgate.PermitID(fmt.Sprint("request-", rng.IntN(6)))
+				p, got, err = store.AcquireID(ctx, key, id, max, lease)
+			} else {
+				p, got, err = store.Acquire(ctx, key, max, lease)
+			}
 			if err != nil {
 				t.Fatalf("step %d: Acquire: %v", i, err)
 			}
 			keep(key)
 			live := drop(key, now)
 			want := tollgate.ConcurrencyResult{Max: max}
-			if len(live) < max {
+			if k := slices.IndexFunc(live, func(h held) bool { return id != "" && h.id == id }); k >= 0 {
+				// The name is held: denied until that permit lapses.
+				want.RetryAfter = live[k].exp.Sub(now)
+			} else if len(live) < max {
 				want.Allowed, want.Remaining = true, max-len(live)-1
 			} else {
 				exps := make([]time.Time, len(live))
@@ -413,8 +499,8 @@ func ConcurrencyModel(t *testing.T, b ConcurrencyBackend, steps int, seed uint64
 				denied++
 			} else {
 				admitted++
-				if !p.Expires.Equal(now.Add(lease)) {
-					t.Fatalf("step %d: permit expires at %v, want %v", i, p.Expires, now.Add(lease))
+				if !p.Expires.Equal(now.Add(lease)) || id != "" && p.ID != id {
+					t.Fatalf("step %d: permit %+v, want one expiring at %v (ID %q if named)", i, p, now.Add(lease), id)
 				}
 				model[key] = append(live, held{p.ID, p.Expires})
 				granted = append(granted, p)

@@ -25,6 +25,10 @@
 --   * IDs come from the client (128 random bits), not from Lua: math.random
 --     in a Redis script is seeded the same on every call, and a counter would
 --     need a second key.
+--   * An ID the set already holds is denied, not renewed: a caller may name
+--     its permit (a gateway's request ID, hashed), and two requests sent
+--     under one name must not share one slot. retry-after is then when
+--     that permit's lease ends.
 --   * retry-after is the time until the (count - max + 1)-th earliest lease
 --     ends: with the key at max, the earliest; after max was lowered, as
 --     many as stand in the way. It is an upper bound when holders release
@@ -40,6 +44,17 @@ local now = clock(ARGV[4])
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
 local count = redis.call('ZCARD', key)
+local held = redis.call('ZSCORE', key, ARGV[3])
+if held then
+  local at = tonumber(held)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local latest = tonumber(last[2])
+  if not at or not latest then
+    return corrupt()
+  end
+  expire(key, latest - now)
+  return {0, 0, at - now, 0}
+end
 if count >= max then
   local e = redis.call('ZRANGE', key, count - max, count - max, 'WITHSCORES')
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
