@@ -15,6 +15,7 @@ type BatchCall struct {
 	N     int
 	Now   time.Time // the zero time: the server's
 	Res   tollgate.Result
+	At    int64 // the time of the decision, µs, as ReserveN returns it
 	Err   error
 }
 
@@ -35,7 +36,7 @@ func ExecBatch(s *Store, calls []BatchCall) {
 	}
 	s.pipe.exec(b)
 	for i := range calls {
-		calls[i].Res, _, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
+		calls[i].Res, calls[i].At, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
 	}
 }
 

@@ -598,3 +598,34 @@ func settleDifferential(t *testing.T, rdb redis.UniversalClient, start time.Time
 	}
 	t.Logf("%d calls, %d settles, over %v of the test's clock", steps, settles, clock.Now().Sub(start))
 }
+
+// TestReserveBatch: decisions batched into one script call each get the
+// time they were made at: the one server time the batch read, or each its
+// own clock value.
+func TestReserveBatch(t *testing.T) {
+	t.Parallel()
+	s := redisstore.New(server.Client(t), redisstore.WithPipeline(time.Millisecond, 8))
+	limit := tollgate.Limit{Rate: 10, Period: time.Second}
+	t1, t2 := conformance.T0.Add(time.Second), conformance.T0.Add(2*time.Second)
+	calls := []redisstore.BatchCall{
+		{Key: key(t), Limit: limit, N: 1},
+		{Key: key(t), Limit: limit, N: 2},
+		{Key: key(t), Limit: limit, N: 1, Now: t1},
+		{Key: key(t), Limit: limit, N: 3, Now: t2},
+	}
+	before := time.Now().Add(-time.Minute).UnixMicro()
+	redisstore.ExecBatch(s, calls)
+	for i, c := range calls {
+		if c.Err != nil || !c.Res.Allowed {
+			t.Fatalf("call %d: %+v, %v", i, c.Res, c.Err)
+		}
+	}
+	if calls[0].At != calls[1].At || calls[0].At < before {
+		t.Errorf("server times %d and %d, want one, the batch's, after %d", calls[0].At, calls[1].At, before)
+	}
+	for i, want := range map[int]int64{2: t1.UnixMicro(), 3: t2.UnixMicro()} {
+		if got := calls[i].At; got != want {
+			t.Errorf("call %d at %d, want its clock's %d", i, got, want)
+		}
+	}
+}
