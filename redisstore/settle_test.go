@@ -59,6 +59,8 @@ func deny(retry, reset time.Duration) want { return want{retry: retry, reset: re
 const (
 	sec = time.Hour
 	ms  = sec / 1000
+	// bigPeriod is odd and prime to 115: a unit of one period a token.
+	bigPeriod = 10802237922549 * time.Microsecond
 )
 
 // settleCases are worked by hand from the Settler contract, in the limits'
@@ -111,6 +113,16 @@ var settleCases = []struct {
 		{op: "settle", n: 1, actual: 30_000_000, want: ok(0, 2*sec)},
 		// ⌈(2,400,000 + 101,999) × 3,600,000,000 ÷ 999,983⌉ µs to refill.
 		{op: "allow", want: ok(0, 9007349525*time.Microsecond), under: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 999_983, Period: sec, Burst: 2_400_000}},
+	}},
+	// A leaky bucket's level kept under one limit is read whole by another
+	// of the same period and unit (period ÷ gcd(rate, period)) and another
+	// rate: 833 tokens charged at 115 per P (bound 727 + 106) are
+	// 8,998,264,189,483,317 units, so close to 2^53 that the level plus a
+	// request's cost is not a double; the excess over the burst, 830
+	// tokens, is, and drains at 2 units a µs.
+	{"leaky bucket full to 2^53 under another rate", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 115, Period: bigPeriod, Burst: 727}, []settleStep{
+		{op: "settle", n: 1, actual: 2186, want: ok(0, 78245775560725*time.Microsecond)},
+		{op: "allow", n: 6, want: deny(4482928737857835*time.Microsecond, 4499132094741659*time.Microsecond), under: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: bigPeriod, Burst: 9}},
 	}},
 	{"token bucket without state", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, freshSteps},
 	{"gcra without state", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 10}, freshSteps},

@@ -67,7 +67,10 @@ local function decide(key, argv, o, now)
 
   local lag = ts - now
   local cost = n * unit
-  local over = level + cost - capacity
+  -- level - capacity first: a level kept under another rate of the same
+  -- unit may lie near 2^53 (a settle's charge), where level + cost is no
+  -- longer a double.
+  local over = level - capacity + cost
   local allowed, retry, reset, delay = 0, 0, 0, 0
   if n == 0 or over <= 0 then
     allowed = 1
