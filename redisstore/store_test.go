@@ -71,6 +71,8 @@ func backend(client func(*testing.T) redis.UniversalClient) conformance.Backend 
 		// stands still; a second of slack covers a slow machine.
 		TTLSlack: time.Second,
 		TTLGrain: time.Millisecond,
+		// Run's settle scenarios (conformance.RunSettle) must run.
+		Settles: true,
 	}
 }
 
