@@ -62,7 +62,7 @@ func TestBucket(t *testing.T) {
 	}
 	// The EVALSHA line it prints must work as printed.
 	res, err := rdb.EvalSha(context.Background(), sha, []string{"lab-test:" + t.Name()}, 1, 500000, 5, 1, "").Int64Slice()
-	if err != nil || len(res) != 5 || res[0] != 1 || res[1] != 4 {
+	if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 4 {
 		t.Errorf("EVALSHA as printed = %v, %v; want allowed 1, remaining 4", res, err)
 	}
 	if !strings.Contains(out.String(), "EVALSHA "+sha+" 1 mybucket 1 500000 5 1 ''") {
