@@ -234,10 +234,11 @@ func TestRace(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 	naive, lua := runs[0], runs[1]
-	for _, r := range runs {
-		if r.PerProcess[0] == 0 || r.PerProcess[1] == 0 {
-			t.Errorf("%s: a process admitted nothing (%v): did both take part?", r.Mode, r.PerProcess)
-		}
+	// The naive bucket lets dozens through, so both processes get some;
+	// the Lua one has only a dozen tokens to give, which one process may
+	// win alone when the other wakes a millisecond later on a busy machine.
+	if naive.PerProcess[0] == 0 || naive.PerProcess[1] == 0 {
+		t.Errorf("%s: a process admitted nothing (%v): did both take part?", naive.Mode, naive.PerProcess)
 	}
 	// Race itself checks the script's count to the unit; here, the result.
 	if lua.Admitted != lua.Bound {
