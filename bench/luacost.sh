@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # luacost.sh: how many instructions Redis spends on one decision of each
-# script — tollgate's six, and go-redis/redis_rate's for comparison —
+# script — tollgate's six and its settle, and go-redis/redis_rate's for
+# comparison —
 # counted by valgrind's callgrind on a redis-server it starts on loopback.
 #
 # Instruction counts do not depend on what else the machine is doing, so
@@ -57,7 +58,7 @@ sed -n '/^var allowN = redis.NewScript(`/,/^`)/p' "$rr/lua.go" | sed '1d;$d' >"$
 # file, its last line registering its function instead of returning.
 echo '#!lua name=tollgate_luacost' >"$dir/library.lua"
 cat "$lua/lib.lua" >>"$dir/library.lua"
-for a in token_bucket gcra fixed_window sliding_window_log sliding_window_counter leaky_bucket; do
+for a in token_bucket gcra fixed_window sliding_window_log sliding_window_counter leaky_bucket settle; do
   script "$a" >"$dir/$a.lua"
   { echo; echo do
     sed -E "s/^return (run\(decide, [0-9]+, [0-9]+), KEYS, ARGV\)\s*$/redis.register_function('$a', function(keys, argv) return \1, keys, argv) end)/" "$lua/$a.lua"
@@ -84,4 +85,9 @@ for form in script function; do
     measure "leaky_bucket$suffix" "$(src leaky_bucket)" "$k" "${lb[@]}"
   done
 done
+# A settle (lua/settle.lua) charging one more token to a token bucket of
+# 1,000/s, burst 1,000: each is written, the debt stopping at MaxDebt.
+settle=(tb '' 0 1 2000 1 1000 1000 '')
+measure "settle, token_bucket" "$dir/settle.lua" 1 "${settle[@]}"
+measure "settle, token_bucket, function" fn:settle 1 "${settle[@]}"
 measure "go-redis/redis_rate v10" "$dir/redis_rate.lua" 1 1000 1000 1 1

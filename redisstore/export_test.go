@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -14,6 +15,7 @@ type BatchCall struct {
 	N     int
 	Now   time.Time // the zero time: the server's
 	Res   tollgate.Result
+	At    int64 // the time of the decision, µs, as ReserveN returns it
 	Err   error
 }
 
@@ -34,6 +36,12 @@ func ExecBatch(s *Store, calls []BatchCall) {
 	}
 	s.pipe.exec(b)
 	for i := range calls {
-		calls[i].Res, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
+		calls[i].Res, calls[i].At, calls[i].Err = s.result(calls[i].Limit, b.calls[i].reply, b.calls[i].err)
 	}
+}
+
+// SettleAt is s.SettleN that also returns the store's time of the settle
+// (µs): the Redis server's, or the WithClock value.
+func SettleAt(ctx context.Context, s *Store, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, int64, error) {
+	return s.settle(ctx, key, limit, at, reserved, actual)
 }

@@ -15,8 +15,8 @@ import (
 
 // Redis 7 can keep Lua code as a function library (FUNCTION LOAD) whose
 // functions are called with FCALL. The library holds the same code as the
-// scripts — lib.lua once, then each algorithm's file — so a function
-// decides exactly as its script does. What differs is what a call costs:
+// scripts — lib.lua once, then each algorithm's file and settle.lua — so a
+// function decides (or settles) exactly as its script does. What differs is what a call costs:
 // a script builds lib.lua's helpers and its decide function afresh on
 // every call, a library once when it is loaded: 5,000 to 9,000
 // instructions a decision less, by algorithm (bench/luacost.sh).
@@ -32,45 +32,51 @@ var (
 	// library is the source of the function library; libName its name,
 	// which carries a hash of the source so that two versions of the store
 	// can share a server; fnNames the function of each algorithm.
-	library string
-	libName string
-	fnNames [len(keyNames)]string
+	library  string
+	libName  string
+	fnNames  [len(keyNames)]string
+	settleFn string
 )
 
 // runCall is the last line of each algorithm's file, which a script runs
 // and a function turns into its body.
 var runCall = regexp.MustCompile(`(?m)^return (run\(decide, \d+, \d+), KEYS, ARGV\)\s*$`)
 
-func initLibrary(lib string, bodies [len(keyNames)]string) {
+func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
 	h := sha1.New()
 	h.Write([]byte(lib))
 	for _, b := range bodies {
 		h.Write([]byte(b))
 	}
+	h.Write([]byte(settle))
 	libName = "tollgate_" + hex.EncodeToString(h.Sum(nil))[:16]
 	var b strings.Builder
 	b.WriteString("#!lua name=" + libName + "\n")
 	b.WriteString(lib)
-	for _, a := range tollgate.Algorithms() {
-		fnNames[a] = libName + "_" + keyNames[a]
-		body := bodies[a]
+	register := func(file, name, body string) {
 		m := runCall.FindStringSubmatchIndex(body)
 		if m == nil {
-			panic("redisstore: lua/" + a.String() + ".lua does not end with return run(...)") // embedded: cannot happen
+			panic("redisstore: lua/" + file + " does not end with return run(...)") // embedded: cannot happen
 		}
-		// Each algorithm in a block of its own: their decide functions do
-		// not see each other.
+		// Each file in a block of its own: their decide functions do not
+		// see each other.
 		b.WriteString("\ndo\n")
 		b.WriteString(body[:m[0]])
-		fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", fnNames[a], body[m[2]:m[3]])
+		fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", name, body[m[2]:m[3]])
 		b.WriteString("end\n")
 	}
+	for _, a := range tollgate.Algorithms() {
+		fnNames[a] = libName + "_" + keyNames[a]
+		register(a.String()+".lua", fnNames[a], bodies[a])
+	}
+	settleFn = libName + "_settle"
+	register("settle.lua", settleFn, settle)
 	library = b.String()
 }
 
 // Library returns the source of the Redis 7 function library Load loads:
-// lua/lib.lua once, then each algorithm's file, each registering its
-// function.
+// lua/lib.lua once, then each algorithm's file and lua/settle.lua, each
+// registering its function.
 func Library() string { return library }
 
 // loadLibrary loads the function library on every server the client

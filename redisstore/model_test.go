@@ -47,6 +47,16 @@ func (s *timedStore) AllowN(ctx context.Context, key string, l tollgate.Limit, n
 	return s.Store.AllowN(ctx, key, l, n)
 }
 
+func (s *timedStore) ReserveN(ctx context.Context, key string, l tollgate.Limit, n int) (tollgate.Result, int64, error) {
+	s.sent = time.Now()
+	return s.Store.ReserveN(ctx, key, l, n)
+}
+
+func (s *timedStore) SettleN(ctx context.Context, key string, l tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, error) {
+	s.sent = time.Now()
+	return s.Store.SettleN(ctx, key, l, at, reserved, actual)
+}
+
 // modelTarget checks a Redis store against the model, and what it keeps in
 // Redis: a call that spends nothing leaves the key byte for byte as it was
 // (DUMP), and every call that sets the key's expiry in the model (a write,

@@ -23,6 +23,11 @@
 // Cluster slot. Any redis.UniversalClient works: a standalone client,
 // Sentinel (failover) or Cluster.
 //
+// A Store is a tollgate.Settler: ReserveN decides as AllowN does and
+// returns the time of the decision (every script's reply ends with it), and
+// SettleN corrects a key once a request's real cost is known, by one call
+// of lua/settle.lua, atomic like a decision, on the key's one Redis key.
+//
 // A Store is also a tollgate.ConcurrencyStore: Acquire, Renew and Release
 // keep a key's permits in one sorted set, <prefix>{<key>}:conc, one script
 // call each (LoadConcurrency preloads those scripts).
@@ -61,6 +66,10 @@ var (
 	}
 	sources [len(keyNames)]string
 	scripts [len(keyNames)]*redis.Script
+	// settleSource and settleScript settle a reservation under any
+	// algorithm: lua/lib.lua followed by lua/settle.lua.
+	settleSource string
+	settleScript *redis.Script
 )
 
 func init() {
@@ -78,7 +87,13 @@ func init() {
 		sources[a] = string(lib) + "\n" + string(body)
 		scripts[a] = redis.NewScript(sources[a])
 	}
-	initLibrary(string(lib), bodies)
+	settle, err := luaFiles.ReadFile("lua/settle.lua")
+	if err != nil {
+		panic(err)
+	}
+	settleSource = string(lib) + "\n" + string(settle)
+	settleScript = redis.NewScript(settleSource)
+	initLibrary(string(lib), bodies, string(settle))
 }
 
 // Source returns the Lua source the store runs for algorithm a: lua/lib.lua
@@ -107,7 +122,10 @@ type Store struct {
 	fn atomic.Bool
 }
 
-var _ tollgate.Store = (*Store)(nil)
+var (
+	_ tollgate.Store   = (*Store)(nil)
+	_ tollgate.Settler = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -160,17 +178,29 @@ func (s *Store) Key(key string, limit tollgate.Limit) string {
 // AllowN implements tollgate.Store. Invalid input is rejected before
 // anything is sent to Redis.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
+	res, _, err := s.decide(ctx, key, limit, n)
+	return res, err
+}
+
+// ReserveN implements tollgate.Settler: it decides exactly as AllowN does,
+// by the same script call, and also returns the time of the decision in µs
+// since the epoch — the Redis server's TIME as the script read it, or the
+// WithClock value — which SettleN needs to find the reservation's window or
+// log entries.
+func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
+	return s.decide(ctx, key, limit, n)
+}
+
+// decide makes one decision, alone or in a pipeline, and returns its
+// Result and the time it was made at (µs).
+func (s *Store) decide(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
 	p, err := tollgate.CheckRequest(key, limit, n)
 	if err != nil {
-		return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: %w", err)
+		return tollgate.Result{Limit: limit}, 0, fmt.Errorf("redisstore: %w", err)
 	}
-	now := ""
-	if s.now != nil {
-		t := s.now().UnixMicro()
-		if t < 0 || t > exact.MaxNow {
-			return tollgate.Result{Limit: limit}, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
-		}
-		now = strconv.FormatInt(t, 10)
+	now, err := s.clock()
+	if err != nil {
+		return tollgate.Result{Limit: limit}, 0, err
 	}
 	rkey, args := s.Key(key, limit), scriptArgs(p, n, now)
 	var reply any
@@ -180,6 +210,19 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 		reply, err = s.run(ctx, p.Algorithm, rkey, args)
 	}
 	return s.result(limit, reply, err)
+}
+
+// clock returns the time argument of a script: the WithClock time in µs,
+// or "" for the Redis server's.
+func (s *Store) clock() (string, error) {
+	if s.now == nil {
+		return "", nil
+	}
+	t := s.now().UnixMicro()
+	if t < 0 || t > exact.MaxNow {
+		return "", fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
+	}
+	return strconv.FormatInt(t, 10), nil
 }
 
 // run makes one decision with one call: to the algorithm's function when
@@ -216,25 +259,25 @@ func scriptArgs(p tollgate.Params, n int, now string) []any {
 }
 
 // result turns a script's reply, or the error in its place, into the
-// decision's Result.
-func (s *Store) result(limit tollgate.Limit, reply any, err error) (tollgate.Result, error) {
+// decision's Result and the time it was made at.
+func (s *Store) result(limit tollgate.Limit, reply any, err error) (tollgate.Result, int64, error) {
 	res := tollgate.Result{Limit: limit}
 	// Errors name the algorithm, not the key: keys hold client addresses and
 	// API keys, and these errors end up in logs.
 	if err != nil {
 		s.failed(err)
-		return res, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
+		return res, 0, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
 	}
 	v, err := parseReply(reply)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
+		return res, 0, fmt.Errorf("redisstore: %s: %w", limit.Algorithm, err)
 	}
 	res.Allowed = v[0] == 1
 	res.Remaining = int(v[1])
 	res.RetryAfter = time.Duration(v[2]) * time.Microsecond
 	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
 	res.Delay = time.Duration(v[4]) * time.Microsecond
-	return res, nil
+	return res, v[5], nil
 }
 
 // failed reacts to a failed decision. On a Redis Cluster, go-redis refreshes
@@ -259,23 +302,25 @@ func (s *Store) failed(err error) {
 	}
 }
 
-// parseReply checks a script's reply: five integers, allowed being 0 or 1
-// and none negative. Anything else is an error, never a panic.
-func parseReply(reply any) ([5]int64, error) {
-	var v [5]int64
+// parseReply checks a script's reply: six integers — allowed, remaining,
+// retry-after, reset-after, delay, and the time of the decision in µs —
+// allowed being 0 or 1, the time at most exact.MaxNow, and none negative.
+// Anything else is an error, never a panic.
+func parseReply(reply any) ([6]int64, error) {
+	var v [6]int64
 	arr, ok := reply.([]any)
 	if !ok {
-		return v, fmt.Errorf("unexpected reply %T, want an array of 5 integers", reply)
+		return v, fmt.Errorf("unexpected reply %T, want an array of 6 integers", reply)
 	}
 	if len(arr) != len(v) {
-		return v, fmt.Errorf("unexpected reply of %d elements, want 5 integers", len(arr))
+		return v, fmt.Errorf("unexpected reply of %d elements, want 6 integers", len(arr))
 	}
 	for i, x := range arr {
 		n, ok := x.(int64)
 		if !ok {
 			return v, fmt.Errorf("unexpected reply: element %d is %T, want an integer", i, x)
 		}
-		if n < 0 || (i == 0 && n > 1) {
+		if n < 0 || (i == 0 && n > 1) || (i == 5 && n > exact.MaxNow) {
 			return v, fmt.Errorf("unexpected reply: element %d is %d", i, n)
 		}
 		v[i] = n
@@ -294,8 +339,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 	return nil
 }
 
-// Load loads every script into the server's script cache (on a Cluster, into
-// every master's), so the first decisions need no EVAL fallback, and on
+// Load loads every script, the settle's too, into the server's script cache
+// (on a Cluster, into every master's), so the first decisions need no EVAL
+// fallback, and on
 // Redis 7 the function library, which decisions then call instead of the
 // scripts (see Library). Calling it is optional: a script the server lacks
 // is sent once, then cached; without Load the store runs scripts only.
@@ -306,6 +352,9 @@ func (s *Store) Load(ctx context.Context) error {
 		if err := scripts[a].Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load %s script: %w", a, err)
 		}
+	}
+	if err := settleScript.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("redisstore: load settle script: %w", err)
 	}
 	ok, err := s.loadLibrary(ctx)
 	if err != nil {

@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		raceChild() // a re-executed copy of this binary: see race_test.go
 		return
 	}
+	if os.Getenv(settleChildEnv) != "" {
+		settleChild() // see settle_race_test.go
+		return
+	}
 	var err error
 	if server, err = redistest.StartServer(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -67,6 +71,8 @@ func backend(client func(*testing.T) redis.UniversalClient) conformance.Backend 
 		// stands still; a second of slack covers a slow machine.
 		TTLSlack: time.Second,
 		TTLGrain: time.Millisecond,
+		// Run's settle scenarios (conformance.RunSettle) must run.
+		Settles: true,
 	}
 }
 

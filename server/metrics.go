@@ -125,7 +125,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.storeErrors[1] = storeErrors.WithLabelValues("error")
 	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_invalid_total",
-		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, cost, override, too_large, auth.",
+		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, override, too_large, auth, phase.",
 	}, []string{"reason"})
 	for r := range numInvalid {
 		m.invalid[r] = invalid.WithLabelValues(invalidNames[r])

@@ -5,7 +5,8 @@
 -- ARGV[2]  period in µs
 -- ARGV[3]  n: the cost (0 = report without spending)
 -- ARGV[4]  now in µs, or '' for the Redis server's TIME
--- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0,
+--          now µs}
 --
 -- Why it is written this way:
 --   * The classic INCR + EXPIRE in two calls leaves a key without a TTL
@@ -63,7 +64,7 @@ local function decide(key, argv, o, now)
     expire(key, reset)
   end
   -- A lowered limit can leave count above it: nothing remains, not less.
-  return {allowed, math.max(limit - count, 0), retry, reset, 0}
+  return {allowed, math.max(limit - count, 0), retry, reset, 0, now}
 end
 
 return run(decide, 4, 4, KEYS, ARGV)

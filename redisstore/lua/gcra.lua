@@ -8,7 +8,8 @@
 -- ARGV[3]  burst B; the tolerance is B intervals
 -- ARGV[4]  n: the cost (0 = report without spending)
 -- ARGV[5]  now in µs, or '' for the Redis server's TIME
--- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0,
+--          now µs}
 --
 -- Why it is written this way:
 --   * One value is the whole state: the time at which the key would be
@@ -120,7 +121,7 @@ local function decide(key, argv, o, now)
   if used < burst * unit then
     remaining = fdiv(burst * unit - used, unit)
   end
-  return {allowed, remaining, retry, reset, 0}
+  return {allowed, remaining, retry, reset, 0, now}
 end
 
 return run(decide, 5, 5, KEYS, ARGV)

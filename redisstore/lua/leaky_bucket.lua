@@ -8,7 +8,8 @@
 -- ARGV[4]  n: the cost (0 = report without spending)
 -- ARGV[5]  now in µs, or '' for the Redis server's TIME
 -- ARGV[6]  max delay in µs (0 = policing)
--- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, delay µs}
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, delay µs,
+--          now µs}
 --
 -- Why it is written this way:
 --   * The bucket fills with what is admitted and leaks at the rate. As a
@@ -66,7 +67,10 @@ local function decide(key, argv, o, now)
 
   local lag = ts - now
   local cost = n * unit
-  local over = level + cost - capacity
+  -- level - capacity first: a level kept under another rate of the same
+  -- unit may lie near 2^53 (a settle's charge), where level + cost is no
+  -- longer a double.
+  local over = level - capacity + cost
   local allowed, retry, reset, delay = 0, 0, 0, 0
   if n == 0 or over <= 0 then
     allowed = 1
@@ -100,7 +104,7 @@ local function decide(key, argv, o, now)
     -- reported here.
     expire(key, reset)
   end
-  return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay}
+  return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay, now}
 end
 
 return run(decide, 6, 5, KEYS, ARGV)

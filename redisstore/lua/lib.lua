@@ -123,10 +123,18 @@ end
 -- Redis 7 function, the same with the function's keys and arguments):
 -- decide(key, argv, o, now) makes one decision on key with its arguments in
 -- argv[o + 1 .. o + nargs], the one at nowarg being the time, already read
--- by run.
+-- by run, and returns its reply, now last.
 --
 -- With one key (keys[1], argv[1 .. nargs]) the reply is that decision's,
--- and an error stops the call as any script error does. With more, the call
+-- and an error stops the call as any script error does.
+--
+-- Each decision's reply ends with now, the time it was made at in µs: a
+-- reservation (Store.ReserveN) needs it to settle later. Every reply has
+-- it, so that no argument says whether it is wanted (an argument costs
+-- Redis about 1,000 instructions, the integer in the reply less), and
+-- decide puts it in the table it builds: appending it here, to a table
+-- built with five elements, made Redis grow the table, and cost twice as
+-- much (bench/luacost.sh). With more, the call
 -- is a batch: keys[i] is decided with argv[(i-1)*nargs + 1 .. i*nargs], in
 -- order, and the reply is an array holding each decision's reply or its
 -- error, so one bad decision fails no other. Why a batch:

@@ -7,7 +7,8 @@
 -- ARGV[3]  grain in µs: the step at which the previous window is weighed
 -- ARGV[4]  n: the cost (0 = report without spending)
 -- ARGV[5]  now in µs, or '' for the Redis server's TIME
--- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0,
+--          now µs}
 --
 -- Why it is written this way:
 --   * The estimate of the sliding window is the current count plus the
@@ -91,7 +92,7 @@ local function decide(key, argv, o, now)
     -- reported here.
     expire(key, reset)
   end
-  return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0}
+  return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0, now}
 end
 
 return run(decide, 5, 5, KEYS, ARGV)

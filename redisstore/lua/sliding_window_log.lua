@@ -7,7 +7,8 @@
 -- ARGV[3]  n: the cost (0 = report without spending); a request of cost n
 --          is n entries
 -- ARGV[4]  now in µs, or '' for the Redis server's TIME
--- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0}
+-- Reply    {allowed 0|1, remaining, retry-after µs, reset-after µs, 0,
+--          now µs}
 --
 -- Why it is written this way:
 --   * Exact: a request is admitted only if the entries in (now - period,
@@ -115,7 +116,7 @@ local function decide(key, argv, o, now)
     expire(key, reset)
   end
   -- A lowered limit can leave more entries than it: nothing remains, not less.
-  return {allowed, math.max(limit - count, 0), retry, reset, 0}
+  return {allowed, math.max(limit - count, 0), retry, reset, 0, now}
 end
 
 return run(decide, 4, 4, KEYS, ARGV)

@@ -7,7 +7,8 @@
 -- ARGV[3]  burst: the capacity, in tokens
 -- ARGV[4]  n: the cost in tokens (0 = report without spending)
 -- ARGV[5]  now in µs, or '' for the Redis server's TIME
--- Reply    {allowed 0|1, remaining tokens, retry-after µs, reset-after µs, 0}
+-- Reply    {allowed 0|1, remaining tokens, retry-after µs, reset-after µs, 0,
+--          now µs}
 --
 -- Why it is written this way:
 --   * Tokens are counted in units of 1/unit token, so refill is exactly
@@ -20,7 +21,13 @@
 --     stands still (no refill) until the clock passes ts again; durations
 --     in the reply include that lag, so they are true in the caller's time.
 --   * u is stored so a changed rate rescales the tokens instead of
---     misreading them: exactly, rounded down (never more than the key had).
+--     misreading them: exactly, rounded down (never more than the key had),
+--     a debt rounded up and to at most the new limit's MaxDebt.
+--   * Tokens may be below 0: a debt a settle's extra charge left
+--     (settle.lua), which refills like any shortfall. It is at most the
+--     MaxDebt of the limit a call is made under (a lowered burst forgives
+--     the rest), so every quantity stays below 2^53. A look at a key in
+--     debt is allowed and reports nothing remaining.
 --   * A denied request, or n = 0, writes nothing: the stored state still
 --     describes the bucket exactly.
 --   * The TTL is the time until the bucket is full again: an idle key
@@ -53,8 +60,22 @@ local function decide(key, argv, o, now)
     if not (tokens and ts and u) then
       return corrupt()
     end
-    if u ~= unit then
+    if u ~= unit and tokens >= 0 then
       tokens = muldiv(tokens, unit, u, capacity)
+    elseif tokens < 0 then
+      -- A debt (settle.lua) is at most this limit's MaxDebt, in units (as
+      -- limit.go computes it): a lowered burst forgives the rest, and a
+      -- debt kept under another unit, rounded to the larger debt, would
+      -- not count exactly under a much finer one. Inline, not helpers in
+      -- lib.lua: two helpers there cost every script call 1,300 to 1,900
+      -- instructions (bench/luacost.sh) to build, used or not.
+      local burst = capacity / unit
+      local most = math.max(0, math.min(burst, fdiv(9007199254740991, unit) - burst)) * unit
+      if u ~= unit then
+        tokens = -muldiv(-tokens, unit, u, most, true)
+      else
+        tokens = math.max(tokens, -most)
+      end
     end
     if now > ts then
       tokens = tokens + (now - ts) * rate
@@ -66,7 +87,8 @@ local function decide(key, argv, o, now)
   local lag = ts - now -- > 0 only when the clock went backwards
   local cost = n * unit
   local allowed, retry, reset = 0, 0, 0
-  if tokens >= cost then
+  -- n = 0 only looks: always allowed, even by a key in debt.
+  if n == 0 or tokens >= cost then
     allowed = 1
     tokens = tokens - cost
   end
@@ -90,7 +112,13 @@ local function decide(key, argv, o, now)
     -- reported here.
     expire(key, reset)
   end
-  return {allowed, fdiv(tokens, unit), retry, reset, 0}
+  -- Tokens below 0 are a debt (a settle charged more than the bucket
+  -- held): nothing remains.
+  local remaining = 0
+  if tokens > 0 then
+    remaining = fdiv(tokens, unit)
+  end
+  return {allowed, remaining, retry, reset, 0, now}
 end
 
 return run(decide, 5, 5, KEYS, ARGV)
