@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
@@ -149,38 +146,11 @@ func WithConcurrencyStore(cs tollgate.ConcurrencyStore) Option {
 // WithConcurrencyStore.
 var errNoConcurrencyStore = errors.New("server: a concurrency rule, but no concurrency store (WithConcurrencyStore)")
 
-// storeCall runs call under the request's deadline on behalf of the rule
-// at p, as the engine runs its own store calls: no call once the
-// request's deadline has passed, the latency observed, errors and
-// timeouts counted and logged (sampled).
+// storeCall runs call through the engine, as every store call of the
+// rule at p: under the request's deadline, timed, and when it fails
+// counted and logged as answered by the rule's failure mode.
 func (s *Server) storeCall(q *ruleset.Request, p *ruleset.Point, call func(context.Context) error) error {
-	ctx := q.Context()
-	if err := ctx.Err(); err != nil {
-		if p.Skipped != nil {
-			p.Skipped.Inc()
-		}
-		return err
-	}
-	start := time.Now()
-	err := call(ctx)
-	if p.Latency != nil {
-		p.Latency.Observe(time.Since(start).Seconds())
-	}
-	if err == nil {
-		return nil
-	}
-	c := p.Errors
-	if ruleset.IsTimeout(ctx, err) && p.Timeouts != nil {
-		c = p.Timeouts
-	}
-	if c != nil {
-		c.Inc()
-	}
-	if ok, skipped := s.flowLog.Allow(s.now()); ok {
-		s.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: store failed; answered by the rule's failure mode",
-			slog.String("rule", p.Rule), slog.String("error", err.Error()), guard.Skipped(skipped))
-	}
-	return err
+	return q.Call(p, "", outcomeNames[failed(p)], "tollgate: store failed; answered by the rule's failure mode", call)
 }
 
 // failed is the outcome of a rule at p whose store call failed.

@@ -26,7 +26,6 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/ruleset"
 	"github.com/tollgate/tollgate/internal/storekey"
 )
@@ -69,10 +68,8 @@ type Server struct {
 	logEvery time.Duration
 	// engine spends each descriptor's limit: the step every door shares.
 	engine *ruleset.Engine
-	// conc holds the slots of concurrency rules (WithConcurrencyStore);
-	// flowLog paces the logs of its calls and of stream-done charges.
-	conc    tollgate.ConcurrencyStore
-	flowLog guard.Sampler
+	// conc holds the slots of concurrency rules (WithConcurrencyStore).
+	conc tollgate.ConcurrencyStore
 }
 
 // snapshot is the rules in force and what the server keeps per rule.
@@ -204,7 +201,6 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 		}
 	}
 	s.engine = ruleset.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
-	s.flowLog.Every = s.logEvery
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()
 	return s, nil

@@ -227,6 +227,20 @@ func (q *Request) Settle(p *Point, policy, key string, l tollgate.Limit, at int6
 	if q.e.settler == nil {
 		return fmt.Errorf("%T cannot settle reservations", q.e.store)
 	}
+	return q.Call(p, policy, "estimate_stands", "tollgate: store failed to settle a reservation; the estimate stands", func(ctx context.Context) error {
+		_, err := q.e.settler.SettleN(ctx, key, l, at, reserved, actual)
+		return err
+	})
+}
+
+// Call makes a store call other than a decision (a concurrency slot taken
+// or given back, a settle) on behalf of the rule at p, as every store call
+// is made: under the request's deadline (not made once it has passed,
+// counted in p's Skipped), timed in p's Latency, and when it fails counted
+// in p's Errors or Timeouts and logged (sampled) as msg, with outcome
+// naming what the caller does instead. It returns call's error, or the
+// deadline's.
+func (q *Request) Call(p *Point, policy, outcome, msg string, call func(context.Context) error) error {
 	ctx, fresh := q.context()
 	if !fresh && expired(ctx) {
 		if p.Skipped != nil {
@@ -238,12 +252,12 @@ func (q *Request) Settle(p *Point, policy, key string, l tollgate.Limit, at int6
 	if p.Latency != nil {
 		start = time.Now()
 	}
-	_, err := q.e.settler.SettleN(ctx, key, l, at, reserved, actual)
+	err := call(ctx)
 	if p.Latency != nil {
 		p.Latency.Observe(time.Since(start).Seconds())
 	}
 	if err != nil {
-		q.report(ctx, p, policy, "estimate_stands", err, "tollgate: store failed to settle a reservation; the estimate stands")
+		q.report(ctx, p, policy, outcome, err, msg)
 	}
 	return err
 }
