@@ -74,8 +74,11 @@ type Settler interface {
 	// SettleN corrects key's state under limit by actual − reserved, for a
 	// reservation of cost reserved admitted at the store's clock at, as
 	// the Settler doc says for each algorithm, and returns the key's state
-	// after the correction as a look (n = 0) reports it. Implementations
-	// check their arguments with CheckSettle first.
+	// after the correction as a look (n = 0) reports it. reserved 0 is a
+	// charge of actual with no reservation before it (a cost reported
+	// after the fact, such as a gateway's stream-done hits); at is then
+	// not used. Implementations check their arguments with CheckSettle
+	// first.
 	SettleN(ctx context.Context, key string, limit Limit, at int64, reserved, actual int) (Result, error)
 }
 
@@ -164,15 +167,12 @@ func (r *Reservation) Refund(ctx context.Context) (Result, error) {
 // make, actual − reserved, bounded: a refund of at most reserved, a charge
 // of at most Capacity + MaxDebt (no settle can take more than that from a
 // key). The key and limit are checked as CheckRequest checks them, reserved
-// must be 1 to Capacity (ErrInvalidCost, ErrCostExceedsBurst), actual at
+// must be 0 to Capacity (ErrInvalidCost, ErrCostExceedsBurst), actual at
 // least 0 (ErrInvalidCost) and at a time a decision could have been made at.
 func CheckSettle(key string, l Limit, at int64, reserved, actual int) (Params, int64, error) {
 	p, err := CheckRequest(key, l, reserved)
 	if err != nil {
 		return p, 0, err
-	}
-	if reserved < 1 {
-		return p, 0, fmt.Errorf("%w: a reserved cost must be at least 1, got %d", ErrInvalidCost, reserved)
 	}
 	if actual < 0 {
 		return p, 0, fmt.Errorf("%w: an actual cost must be at least 0, got %d", ErrInvalidCost, actual)

@@ -353,7 +353,7 @@ func TestSettleInvalid(t *testing.T) {
 	}{
 		{"no key", "", limit, now, 1, 1, tollgate.ErrInvalidKey},
 		{"bad limit", k, tollgate.Limit{Rate: 0, Period: time.Second}, now, 1, 1, tollgate.ErrInvalidLimit},
-		{"reserved 0", k, limit, now, 0, 1, tollgate.ErrInvalidCost},
+		{"negative reserved", k, limit, now, -1, 1, tollgate.ErrInvalidCost},
 		{"reserved above capacity", k, limit, now, 6, 1, tollgate.ErrCostExceedsBurst},
 		{"negative actual", k, limit, now, 1, -1, tollgate.ErrInvalidCost},
 		{"negative at", k, limit, -1, 1, 0, tollgate.ErrInvalidCost},

@@ -344,7 +344,7 @@ func invalidSettle(t *testing.T, s tollgate.Settler, clock *Clock) {
 	}{
 		{"empty key", "", bucket, at, 2, 0, tollgate.ErrInvalidKey},
 		{"invalid limit", key, tollgate.Limit{Rate: 0, Period: time.Second}, at, 2, 0, tollgate.ErrInvalidLimit},
-		{"reserved 0", key, bucket, at, 0, 0, tollgate.ErrInvalidCost},
+		{"negative reserved", key, bucket, at, -1, 0, tollgate.ErrInvalidCost},
 		{"reserved above burst", key, bucket, at, 6, 0, tollgate.ErrCostExceedsBurst},
 		{"negative actual", key, bucket, at, 2, -1, tollgate.ErrInvalidCost},
 		{"negative instant", key, bucket, -1, 2, 0, tollgate.ErrInvalidCost},

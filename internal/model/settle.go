@@ -61,11 +61,12 @@ func MaxDebt(l tollgate.Limit) int64 {
 // SettleN corrects key's state under limit at now, for a reservation of
 // cost reserved admitted at at, by actual − reserved, as the package doc
 // and tollgate.Settler say. It returns the state as a look (n = 0) at now
-// reports it, and whether it wrote. A reserved cost below 1 or above
+// reports it, and whether it wrote. reserved 0 is a charge of actual with no
+// reservation before it. A reserved cost below 0 or above
 // Capacity, or an actual below 0, is ErrCost, and changes nothing.
 func (m *Model) SettleN(key string, limit tollgate.Limit, at int64, reserved, actual int, now int64) (tollgate.Result, bool, error) {
 	l := newLim(limit)
-	if reserved < 1 || int64(reserved) > l.capacity || actual < 0 {
+	if reserved < 0 || int64(reserved) > l.capacity || actual < 0 {
 		return tollgate.Result{Limit: limit}, false, fmt.Errorf("%w: reserved %d, actual %d under %v (capacity %d)", ErrCost, reserved, actual, limit, l.capacity)
 	}
 	d := min(int64(actual), add(add(l.capacity, l.maxDebt), int64(reserved))) - int64(reserved)
