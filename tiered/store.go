@@ -62,6 +62,10 @@
 // the global store's, and so are its durations, but its Remaining may be
 // lower until that clock catches up.
 //
+// The store is a tollgate.Settler when its global store is one: reservations
+// and settles go to the global store (see ReserveN), and a settle clears
+// the key's remembered denial.
+//
 // Reset through this store clears the local tier for the key; a Reset made
 // elsewhere (another instance, redis-cli) is not seen until the key's local
 // entries run out, at the latest after the RetryAfter that was remembered.
@@ -277,6 +281,14 @@ var (
 // callGlobal asks the global store, bounded by the store's timeout, and
 // tells the breaker how it went.
 func (s *Store) callGlobal(ctx context.Context, key string, limit tollgate.Limit, n int, sent time.Time, probe bool) (tollgate.Result, error) {
+	return s.callGlobalWith(ctx, limit, probe, func(ctx context.Context) (tollgate.Result, error) {
+		return s.global.AllowN(ctx, key, limit, n)
+	})
+}
+
+// callGlobalWith makes call to the global store, bounded by the store's
+// timeout, and tells the breaker how it went.
+func (s *Store) callGlobalWith(ctx context.Context, limit tollgate.Limit, probe bool, call func(context.Context) (tollgate.Result, error)) (tollgate.Result, error) {
 	gctx := ctx
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
@@ -284,7 +296,7 @@ func (s *Store) callGlobal(ctx context.Context, key string, limit tollgate.Limit
 		defer cancel()
 	}
 	s.stats.globalCalls.Add(1)
-	res, err := s.global.AllowN(gctx, key, limit, n)
+	res, err := call(gctx)
 	switch {
 	case err == nil:
 		s.breaker.success(probe)
