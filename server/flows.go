@@ -162,16 +162,13 @@ func failed(p *ruleset.Point) outcome {
 }
 
 // charge is the stream-done call of a rate rule: hits × cost charged to
-// the descriptor's counter even past what is left, so that the request's
-// real cost, known only at its end, counts and the requests after it are
-// over the limit. A store decides a spend all or nothing, and a spend
-// larger than what is left is denied and spends nothing; so charge spends
-// what it can: the whole cost when it fits, else what is left of the
-// counter, which fills it. What goes past the limit is not recorded: a
-// charge leaves the counter at its limit at most, and a hits_addend past
-// the rule's capacity (Limit.Capacity) counts as the capacity. At most
-// three spends, each through the engine: when others spend between them,
-// the counter may end a little below its limit.
+// the descriptor's counter after the fact, even past what is left, so that
+// the request's real cost, known only at its end, counts and the requests
+// after it wait it out (a settle with no reservation, see tollgate.Settler:
+// a debt of at most one capacity beyond the limit, what goes past it not
+// recorded). The store must be a tollgate.Settler, as memorystore,
+// redisstore and tiered over redisstore are; with another the charge fails
+// and the rule's failure mode answers.
 //
 // The answer is OK (Envoy does not read it); its limit_remaining and
 // duration_until_reset say where the counter stands after the charge.
@@ -182,31 +179,14 @@ func (s *Server) charge(q *ruleset.Request, domain string, entries []*rlv3.RateL
 		return s.spend(q, domain, entries, it, hits, st, reset) // a look
 	}
 	p := s.pointOf(it)
-	key := counterKey(domain, entries, r)
-	var res tollgate.Result
-	want := min(n, r.Limit.Capacity())
-	for range 3 {
-		step := q.Spend(p, "", key, r.Limit, want)
-		switch step.Outcome {
-		case ruleset.FailedOpen, ruleset.FailedClosed:
-			o := failed(p)
-			traceStoreFailure(q.Context(), o, step.Err)
-			return o, step.Result
-		case ruleset.Allowed:
-			n -= want
-		}
-		res = step.Result
-		// What is left of the cost, as far as the counter holds it.
-		if want = min(n, res.Remaining); want <= 0 {
-			break
-		}
+	res, err := q.Charge(p, "", outcomeNames[failed(p)], counterKey(domain, entries, r), r.Limit, n)
+	if err != nil {
+		o := failed(p)
+		traceStoreFailure(q.Context(), o, err)
+		return o, res
 	}
 	st.LimitRemaining = remaining(res)
-	if res.Allowed {
-		st.DurationUntilReset = roundUp(res.ResetAfter, reset)
-	} else {
-		st.DurationUntilReset = roundUp(res.RetryAfter, reset)
-	}
+	st.DurationUntilReset = roundUp(res.ResetAfter, reset)
 	return outcomeCharged, res
 }
 

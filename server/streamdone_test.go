@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -127,5 +128,26 @@ func TestStreamDoneChargeAboveMaxHits(t *testing.T) {
 	_, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{d(DefaultMaxHits+1, "tenant", "beta")}})
 	if got, want := status.Code(err), codes.InvalidArgument; got != want {
 		t.Errorf("a start past max hits: %v, want %v", err, want)
+	}
+}
+
+// TestStreamDoneChargeDebt: a charge past what is left becomes a debt the
+// next requests wait out — here 150 tokens charged with 99 left, so the next
+// token comes once 52 have refilled at 100 a minute (31.2 s), not 0.6 s as
+// if the tenant had spent exactly its limit.
+func TestStreamDoneChargeDebt(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, "domain: llm\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket}\n")
+	runFlow(t, s, []call{
+		{"start", []*rlv3.RateLimitDescriptor{d(-1, "tenant", "acme")}, "OK"},
+		{"done: 150 tokens", []*rlv3.RateLimitDescriptor{d(150, "tenant", "acme", PhaseKey, PhaseStreamDone)}, "OK"},
+	})
+	resp := ask(t, s, &pb.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{d(-1, "tenant", "acme")}})
+	st := resp.Statuses[0]
+	if got, want := st.Code, pb.RateLimitResponse_OVER_LIMIT; got != want {
+		t.Fatalf("next start: %v, want %v", got, want)
+	}
+	if got, want := st.DurationUntilReset.AsDuration(), 32*time.Second; got != want {
+		t.Errorf("next start: duration_until_reset %v, want %v (52 tokens at 100 a minute, rounded up)", got, want)
 	}
 }

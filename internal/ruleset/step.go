@@ -233,6 +233,25 @@ func (q *Request) Settle(p *Point, policy, key string, l tollgate.Limit, at int6
 	})
 }
 
+// Charge spends n of l for key on behalf of the rule at p after the fact,
+// with no reservation before it — a settle of reserved 0 (see
+// tollgate.Settler): even past what is left, into a debt of at most the
+// limit's MaxDebt that later requests wait out, so that a cost reported
+// once the work is done counts whatever the key had left. It returns the
+// key's state after the charge as a look reports it. It is a store call as
+// Call makes it, its failure logged with outcome.
+func (q *Request) Charge(p *Point, policy, outcome, key string, l tollgate.Limit, n int) (tollgate.Result, error) {
+	res := tollgate.Result{Limit: l}
+	if q.e.settler == nil {
+		return res, fmt.Errorf("%T cannot charge after the fact", q.e.store)
+	}
+	err := q.Call(p, policy, outcome, "tollgate: store failed; answered by the rule's failure mode", func(ctx context.Context) (err error) {
+		res, err = q.e.settler.SettleN(ctx, key, l, 0, 0, n)
+		return err
+	})
+	return res, err
+}
+
 // Call makes a store call other than a decision (a concurrency slot taken
 // or given back, a settle) on behalf of the rule at p, as every store call
 // is made: under the request's deadline (not made once it has passed,
