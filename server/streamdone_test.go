@@ -147,7 +147,8 @@ func TestStreamDoneChargeDebt(t *testing.T) {
 	if got, want := st.Code, pb.RateLimitResponse_OVER_LIMIT; got != want {
 		t.Fatalf("next start: %v, want %v", got, want)
 	}
-	if got, want := st.DurationUntilReset.AsDuration(), 32*time.Second; got != want {
-		t.Errorf("next start: duration_until_reset %v, want %v (52 tokens at 100 a minute, rounded up)", got, want)
+	// 31.2 s rounded up; 31 s if the machine stalled 0.2 s in between.
+	if got := st.DurationUntilReset.AsDuration(); got < 31*time.Second || got > 32*time.Second {
+		t.Errorf("next start: duration_until_reset %v, want 32s (52 tokens at 100 a minute, rounded up)", got)
 	}
 }
