@@ -403,6 +403,10 @@ func edgeScenarios() []scenario {
 		allow(0, 1, 0, 10*ms),
 		under(raised, expired),
 	}})
+	// A leaky bucket of rate per 125 days (see its scenario below).
+	centuries := func(rate, burst int) tollgate.Limit {
+		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 10802237922549 * us, Burst: burst}
+	}
 	// A rate change converts what a key holds to the new unit exactly. 498
 	// millionths of a token at 1/s are 249 of the 500,000 units a token has
 	// at 2/s (a double computes 248.99999999999997), and a level of
@@ -428,6 +432,20 @@ func edgeScenarios() []scenario {
 			allow(0, 1, 1, second),
 			allow(951425*us, 1, 0, 1048575*us),
 			under(with(fast, tollgate.LeakyBucket), deny(951425*us, 1, 0, 24287*us, 524287*us)),
+		}},
+		// A period of 10,802,237,922,549µs (125 days), which 997 does not
+		// divide: at 997 and at 1 per period a token is the same number of
+		// units, the period's µs, so a level written at 997 is read whole
+		// at 1. 833 tokens at 1 per period drain in 285 years, more µs
+		// than a double counts exactly. Every read caps a level at what
+		// drains in 2^47µs (about 4.5 years) under the reading limit: here
+		// 2^47 = 140,737,488,355,328 units, read 10,001h before the write.
+		scenario{name: "level capped under a far slower rate", limit: centuries(997, 833), steps: []step{
+			allow(0, 833, 0, 9025340210114*us),
+			under(centuries(1, 1), peek(-10001*time.Hour, 0, 176741088355328*us)),
+			under(centuries(1, 1), deny(-10001*time.Hour, 1, 0, 176741088355328*us, 176741088355328*us)),
+			// The same read an hour on, the clock still 10,000h back.
+			under(centuries(1, 1), peek(-10000*time.Hour, 0, 176737488355328*us)),
 		}},
 	)
 	return out
