@@ -53,6 +53,10 @@ const (
 	// The Delay never exceeds MaxDelay, also after the clock stepped back
 	// (the time the clock went back is part of the Delay); a look (n = 0)
 	// reports no Delay, as it sends nothing.
+	// A level left under another Rate is read as at most what drains in
+	// 2^47µs (about 4.5 years) under the limit reading it: only a bucket
+	// filled at a far higher rate and then read at a much slower one is
+	// ever capped, never a level a limit leaves itself.
 	LeakyBucket
 
 	numAlgorithms

@@ -27,6 +27,13 @@
 --     when a lowered limit left the level above the capacity.
 --   * A changed rate rescales the level exactly, rounded down, clamped to
 --     the capacity plus what the max delay queues.
+--   * Every read caps the level at what leaks in 2^47 µs at this rate (twice
+--     the longest period or max delay, so no level this limit leaves is
+--     above it). Another rate can share the unit (997 and 1 per a period
+--     997 does not divide): its level is read whole, and at this rate might
+--     take centuries to leak, more µs than a double counts. Capped, every
+--     duration is at most the lag plus 2^47, within 2^53 for any time up to
+--     exact.MaxNow. rate * 2^47 is exact (a power of two times an integer).
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty, set by every
@@ -59,6 +66,7 @@ local function decide(key, argv, o, now)
       -- draining at one a day would outlast any duration.
       level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
     end
+    level = math.min(level, rate * 140737488355328)
     if now > ts then
       level = math.max(0, level - (now - ts) * rate)
       ts = now

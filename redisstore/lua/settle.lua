@@ -125,13 +125,17 @@ local function tb(key, argv, o, now, d, bound)
 end
 
 -- lb corrects a leaky bucket, policer or shaper (see leaky_bucket.lua). A
--- charge fills it up to bound requests.
+-- charge fills it up to bound requests, and to no more than leaks in 2^47
+-- µs.
 local function lb(key, argv, o, now, d, bound)
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local maxdelay = tonumber(argv[o + 9])
   local capacity = burst * unit
+  -- A read caps the level at what leaks in 2^47 µs, as leaky_bucket.lua's
+  -- does, and a charge fills it no further.
+  local most = rate * 140737488355328
 
   local level, ts, same = 0, now, false
   local st = redis.call('HMGET', key, 'l', 'ts', 'u')
@@ -148,6 +152,7 @@ local function lb(key, argv, o, now, d, bound)
     if u ~= unit then
       level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
     end
+    level = math.min(level, most)
     if now > ts then
       level = math.max(0, level - (now - ts) * rate)
       ts = now
@@ -160,7 +165,7 @@ local function lb(key, argv, o, now, d, bound)
   if d < 0 then
     level = math.max(level + d * unit, 0)
   elseif d > 0 then
-    level = math.min(level + d * unit, math.max(level, bound * unit))
+    level = math.min(level + d * unit, math.max(level, math.min(bound * unit, most)))
   end
   local reset = 0
   if level > 0 then
