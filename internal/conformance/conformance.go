@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/exact"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -403,6 +404,12 @@ func edgeScenarios() []scenario {
 		allow(0, 1, 0, 10*ms),
 		under(raised, expired),
 	}})
+	// A shaper and the first and last instants a decision may be made at
+	// (see its scenario below), the last one as far from T0 as a Duration
+	// goes: 229 years.
+	ends := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: 1 << 45 * us, Burst: 2, MaxDelay: 1 << 46 * us}
+	lastUS := time.UnixMicro(exact.MaxNow).Sub(T0)
+	firstUS := time.UnixMicro(1).Sub(T0)
 	// A leaky bucket of rate per 125 days (see its scenario below).
 	centuries := func(rate, burst int) tollgate.Limit {
 		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 10802237922549 * us, Burst: burst}
@@ -446,6 +453,17 @@ func edgeScenarios() []scenario {
 			under(centuries(1, 1), deny(-10001*time.Hour, 1, 0, 176741088355328*us, 176741088355328*us)),
 			// The same read an hour on, the clock still 10,000h back.
 			under(centuries(1, 1), peek(-10000*time.Hour, 0, 176737488355328*us)),
+		}},
+		// The longest durations there are: a shaper filled at the latest
+		// valid time (exact.MaxNow), asked again 1µs after 1970. 1 per
+		// 2^45µs, burst 2, up to 2^46µs of delay: 4 fit at once, the last
+		// 2^46µs late, and leave a level of 2^47µs. Then 4 more would wait
+		// the lag, 2^53 − 2^47 − 1µs, plus 3 × 2^46µs, beyond 2^53; less
+		// the delay allowed, RetryAfter is 2^53 − 1µs.
+		scenario{name: "shaping at the ends of time", limit: ends, steps: []step{
+			shaped(lastUS, 4, 0, 70368744177664*us, 140737488355328*us),
+			deny(firstUS, 4, 0, 9007199254740991*us, 9007199254740991*us),
+			peek(firstUS, 0, 9007199254740991*us),
 		}},
 	)
 	return out
