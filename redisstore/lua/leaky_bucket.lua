@@ -84,12 +84,17 @@ local function decide(key, argv, o, now)
     allowed = 1
   else
     -- When the request could go: the lag, then the time to leak the excess.
-    local wait = lag + cdiv(over, rate)
+    -- The sum may pass 2^53 (a lag back from 2250 to 1970, and a full
+    -- shaper's years) and round, but never to at most maxdelay when it is
+    -- more; retry, at most 2^53, subtracts maxdelay from the lag first, so
+    -- it is computed exactly.
+    local leak = cdiv(over, rate)
+    local wait = lag + leak
     if wait <= maxdelay then
       allowed = 1
       delay = wait
     else
-      retry = wait - maxdelay
+      retry = (lag - maxdelay) + leak
     end
   end
   if allowed == 1 then
