@@ -404,6 +404,10 @@ func edgeScenarios() []scenario {
 		allow(0, 1, 0, 10*ms),
 		under(raised, expired),
 	}})
+	// A leaky bucket per 1,000,003µs (see its scenario below).
+	prime := func(rate, burst int, maxDelay time.Duration) tollgate.Limit {
+		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 1_000_003 * us, Burst: burst, MaxDelay: maxDelay}
+	}
 	// A shaper and the first and last instants a decision may be made at
 	// (see its scenario below), the last one as far from T0 as a Duration
 	// goes: 229 years.
@@ -453,6 +457,21 @@ func edgeScenarios() []scenario {
 			under(centuries(1, 1), deny(-10001*time.Hour, 1, 0, 176741088355328*us, 176741088355328*us)),
 			// The same read an hour on, the clock still 10,000h back.
 			under(centuries(1, 1), peek(-10000*time.Hour, 0, 176737488355328*us)),
+		}},
+		// A level just below 2^53 units, read whole under two other rates
+		// of its unit (the period's 1,000,003µs, a prime): 9,007,172,233
+		// tokens at 10^6 per period, the most a bucket may hold, fill it
+		// to 9,007,199,254,516,699 units, 73,000,219 times 123,385,921. At
+		// 123,385,921 per period that drains in 73,000,219µs exactly,
+		// though level + 123,385,920, the sum a ceiling of doubles would
+		// divide, rounds up past 2^53 to the next multiple. A shaper of 128 per period with the longest delay its
+		// burst of 1 allows, 70,368,744,169,851µs, is asked for 13: the
+		// excess, level + 12 periods, passes 2^53 itself, and the wait,
+		// 70,368,744,269,662µs, is 99,811µs too long.
+		scenario{name: "level near 2^53 read under other rates", limit: prime(1_000_000, 9_007_172_233, 0), steps: []step{
+			allow(0, 9_007_172_233, 0, 9007199255*us),
+			under(prime(123_385_921, 1, 0), peek(0, 0, 73000219*us)),
+			under(prime(128, 1, 70368744169851*us), deny(0, 13, 0, 99811*us, 70368744175912*us)),
 		}},
 		// The longest durations there are: a shaper filled at the latest
 		// valid time (exact.MaxNow), asked again 1µs after 1970. 1 per
