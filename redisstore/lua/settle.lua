@@ -124,6 +124,16 @@ local function tb(key, argv, o, now, d, bound)
   return look(remaining, reset, now)
 end
 
+-- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1, where
+-- lib's cdiv, forming a + b - 1, may pass 2^53 (see leaky_bucket.lua).
+local function ceil(a, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
 -- lb corrects a leaky bucket, policer or shaper (see leaky_bucket.lua). A
 -- charge fills it up to bound requests, and to no more than leaks in 2^47
 -- µs.
@@ -169,7 +179,7 @@ local function lb(key, argv, o, now, d, bound)
   end
   local reset = 0
   if level > 0 then
-    reset = lag + cdiv(level, rate)
+    reset = lag + ceil(level, rate)
   end
   if d ~= 0 then
     if same then
