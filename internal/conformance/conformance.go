@@ -458,6 +458,22 @@ func edgeScenarios() []scenario {
 			// The same read an hour on, the clock still 10,000h back.
 			under(centuries(1, 1), peek(-10000*time.Hour, 0, 176737488355328*us)),
 		}},
+		// The token bucket and GCRA under the same change keep no amount
+		// that a slower rate turns into centuries: the token bucket reads
+		// its tokens (none left) clamped to this limit's burst and debt,
+		// so its durations are the lag plus one period; GCRA keeps a time,
+		// 833 intervals of 997 per period on (9,025,340,210,113.66µs,
+		// rounded up to a whole µs under the slower rate), plus the lag.
+		scenario{name: "tokens under a far slower rate", limit: with(centuries(997, 833), tollgate.TokenBucket), steps: []step{
+			allow(0, 833, 0, 9025340210114*us),
+			under(with(centuries(1, 1), tollgate.TokenBucket), peek(-10001*time.Hour, 0, 46805837922549*us)),
+			under(with(centuries(1, 1), tollgate.TokenBucket), deny(-10001*time.Hour, 1, 0, 46805837922549*us, 46805837922549*us)),
+		}},
+		scenario{name: "arrival time under a far slower rate", limit: with(centuries(997, 833), tollgate.GCRA), steps: []step{
+			allow(0, 833, 0, 9025340210114*us),
+			under(with(centuries(1, 1), tollgate.GCRA), peek(-10001*time.Hour, 0, 45028940210114*us)),
+			under(with(centuries(1, 1), tollgate.GCRA), deny(-10001*time.Hour, 1, 0, 45028940210114*us, 45028940210114*us)),
+		}},
 		// A level just below 2^53 units, read whole under two other rates
 		// of its unit (the period's 1,000,003µs, a prime): 9,007,172,233
 		// tokens at 10^6 per period, the most a bucket may hold, fill it
