@@ -405,7 +405,7 @@ func edgeScenarios() []scenario {
 		under(raised, expired),
 	}})
 	// A bucket whose units nearly reach 2^53 (see its scenario below).
-	nearMax := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 69_823_250_036_750, Period: 129 * us, Burst: 69_823_250_036_750}
+	nearMax := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 900_719_923, Period: 10 * second, Burst: 900_719_923}
 	// A leaky bucket per 1,000,003µs (see its scenario below).
 	prime := func(rate, burst int, maxDelay time.Duration) tollgate.Limit {
 		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 1_000_003 * us, Burst: burst, MaxDelay: maxDelay}
@@ -476,20 +476,20 @@ func edgeScenarios() []scenario {
 			under(with(centuries(1, 1), tollgate.GCRA), peek(-10001*time.Hour, 0, 45028940210114*us)),
 			under(with(centuries(1, 1), tollgate.GCRA), deny(-10001*time.Hour, 1, 0, 45028940210114*us, 45028940210114*us)),
 		}},
-		// A bucket of 9,007,199,254,740,750 units, just below 2^53: 129
-		// per token at 69,823,250,036,750 per 129µs, a burst of as many.
-		// Emptied, it is full again in exactly 129µs; a ceiling of doubles
-		// would divide 130 × the rate − 1, past 2^53, rounded up to 130 ×
-		// the rate.
+		// A bucket of 9,007,199,230,000,000 units, just below 2^53: 10^7
+		// per token at 900,719,923 per 10s, a burst of as many. Emptied,
+		// it is full again in exactly 10s; a ceiling of doubles would
+		// divide 10^7 + 1 times the rate, less 1, past 2^53 and rounded up
+		// to the next multiple of the rate.
 		scenario{name: "ceiling near 2^53", limit: nearMax, steps: []step{
-			allow(0, nearMax.Burst, 0, 129*us),
-			deny(0, 1, 0, us, 129*us),
-			peek(0, 0, 129*us),
+			allow(0, nearMax.Burst, 0, 10*second),
+			deny(0, 1, 0, us, 10*second),
+			peek(0, 0, 10*second),
 		}},
 		scenario{name: "ceiling near 2^53", limit: with(nearMax, tollgate.LeakyBucket), steps: []step{
-			allow(0, nearMax.Burst, 0, 129*us),
-			deny(0, 1, 0, us, 129*us),
-			peek(0, 0, 129*us),
+			allow(0, nearMax.Burst, 0, 10*second),
+			deny(0, 1, 0, us, 10*second),
+			peek(0, 0, 10*second),
 		}},
 		// A level just below 2^53 units, read whole under two other rates
 		// of its unit (the period's 1,000,003µs, a prime): 9,007,172,233
