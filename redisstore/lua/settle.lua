@@ -61,6 +61,16 @@ local function keep(key, wrote, found, reset)
   end
 end
 
+-- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1, where
+-- lib's cdiv, forming a + b - 1, may pass 2^53 (see token_bucket.lua).
+local function ceil(a, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
 -- tb corrects a token bucket (see token_bucket.lua for the state). A debt
 -- is tokens below 0; bound - burst tokens at most.
 local function tb(key, argv, o, now, d, bound)
@@ -107,7 +117,7 @@ local function tb(key, argv, o, now, d, bound)
   end
   local reset = 0
   if tokens < capacity then
-    reset = lag + cdiv(capacity - tokens, rate)
+    reset = lag + ceil(capacity - tokens, rate)
   end
   if d ~= 0 then
     if same then
@@ -122,16 +132,6 @@ local function tb(key, argv, o, now, d, bound)
     remaining = fdiv(tokens, unit)
   end
   return look(remaining, reset, now)
-end
-
--- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1, where
--- lib's cdiv, forming a + b - 1, may pass 2^53 (see leaky_bucket.lua).
-local function ceil(a, b)
-  local q = fdiv(a, b)
-  if q * b < a then
-    q = q + 1
-  end
-  return q
 end
 
 -- lb corrects a leaky bucket, policer or shaper (see leaky_bucket.lua). A
