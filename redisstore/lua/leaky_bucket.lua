@@ -38,6 +38,7 @@
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty, set by every
 --     call that finds the key) as in token_bucket.lua.
+
 -- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1. lib's
 -- cdiv forms a + b - 1, which passes 2^53 for a level near it (read whole
 -- from another rate of the same unit) and may round up to a multiple of b.

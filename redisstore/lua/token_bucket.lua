@@ -40,6 +40,7 @@
 --     capacity, and rounding never moves a double across a value it can
 --     hold exactly — so the minimum is exact. One ceil-division per
 --     decision fewer than comparing elapsed with the time to fill.
+
 -- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1. lib's
 -- cdiv forms a + b - 1, which passes 2^53 for a bucket of nearly 2^53
 -- units and may round up to the next multiple of b: 10^7 × 900,719,923
