@@ -410,10 +410,11 @@ func edgeScenarios() []scenario {
 	prime := func(rate, burst int, maxDelay time.Duration) tollgate.Limit {
 		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 1_000_003 * us, Burst: burst, MaxDelay: maxDelay}
 	}
-	// A shaper and the first and last instants a decision may be made at
-	// (see its scenario below), the last one as far from T0 as a Duration
-	// goes: 229 years.
+	// A shaper, a bucket of its unit that fills fast, and the first and
+	// last instants a decision may be made at (see their scenario below),
+	// the last one 229 years from T0.
 	ends := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: 1 << 45 * us, Burst: 2, MaxDelay: 1 << 46 * us}
+	fill := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1<<20 + 1, Period: 1 << 45 * us, Burst: 255}
 	lastUS := time.UnixMicro(exact.MaxNow).Sub(T0)
 	firstUS := time.UnixMicro(1).Sub(T0)
 	// A leaky bucket of rate per 125 days (see its scenario below).
@@ -446,15 +447,16 @@ func edgeScenarios() []scenario {
 			allow(951425*us, 1, 0, 1048575*us),
 			under(with(fast, tollgate.LeakyBucket), deny(951425*us, 1, 0, 24287*us, 524287*us)),
 		}},
-		// A period of 10,802,237,922,549µs (125 days), which 997 does not
-		// divide: at 997 and at 1 per period a token is the same number of
-		// units, the period's µs, so a level written at 997 is read whole
-		// at 1. 833 tokens at 1 per period drain in 285 years, more µs
-		// than a double counts exactly. Every read caps a level at what
-		// drains in 2^47µs (about 4.5 years) under the reading limit: here
-		// 2^47 = 140,737,488,355,328 units, read 10,001h before the write.
-		scenario{name: "level capped under a far slower rate", limit: centuries(997, 833), steps: []step{
-			allow(0, 833, 0, 9025340210114*us),
+		// A period of 10,802,237,922,549µs (125 days), which the prime
+		// 99,991 does not divide: at 99,991 and at 1 per period a token is
+		// the same number of units, the period's µs, so a level written at
+		// 99,991 (833 tokens, 25h of draining) is read whole at 1, where
+		// it would drain in 285 years, more µs than a double counts
+		// exactly. Every read caps a level at what drains in 2^47µs (about
+		// 4.5 years) under the reading limit: here 2^47 =
+		// 140,737,488,355,328 units, read 10,001h before the write.
+		scenario{name: "level capped under a far slower rate", limit: centuries(99_991, 833), steps: []step{
+			allow(0, 833, 0, 89990741062*us),
 			under(centuries(1, 1), peek(-10001*time.Hour, 0, 176741088355328*us)),
 			under(centuries(1, 1), deny(-10001*time.Hour, 1, 0, 176741088355328*us, 176741088355328*us)),
 			// The same read an hour on, the clock still 10,000h back.
@@ -464,17 +466,17 @@ func edgeScenarios() []scenario {
 		// that a slower rate turns into centuries: the token bucket reads
 		// its tokens (none left) clamped to this limit's burst and debt,
 		// so its durations are the lag plus one period; GCRA keeps a time,
-		// 833 intervals of 997 per period on (9,025,340,210,113.66µs,
-		// rounded up to a whole µs under the slower rate), plus the lag.
-		scenario{name: "tokens under a far slower rate", limit: with(centuries(997, 833), tollgate.TokenBucket), steps: []step{
-			allow(0, 833, 0, 9025340210114*us),
+		// 833 intervals of 99,991 per period on (rounded up to a whole µs
+		// under the slower rate), plus the lag.
+		scenario{name: "tokens under a far slower rate", limit: with(centuries(99_991, 833), tollgate.TokenBucket), steps: []step{
+			allow(0, 833, 0, 89990741062*us),
 			under(with(centuries(1, 1), tollgate.TokenBucket), peek(-10001*time.Hour, 0, 46805837922549*us)),
 			under(with(centuries(1, 1), tollgate.TokenBucket), deny(-10001*time.Hour, 1, 0, 46805837922549*us, 46805837922549*us)),
 		}},
-		scenario{name: "arrival time under a far slower rate", limit: with(centuries(997, 833), tollgate.GCRA), steps: []step{
-			allow(0, 833, 0, 9025340210114*us),
-			under(with(centuries(1, 1), tollgate.GCRA), peek(-10001*time.Hour, 0, 45028940210114*us)),
-			under(with(centuries(1, 1), tollgate.GCRA), deny(-10001*time.Hour, 1, 0, 45028940210114*us, 45028940210114*us)),
+		scenario{name: "arrival time under a far slower rate", limit: with(centuries(99_991, 833), tollgate.GCRA), steps: []step{
+			allow(0, 833, 0, 89990741062*us),
+			under(with(centuries(1, 1), tollgate.GCRA), peek(-10001*time.Hour, 0, 36093590741062*us)),
+			under(with(centuries(1, 1), tollgate.GCRA), deny(-10001*time.Hour, 1, 0, 36093590741062*us, 36093590741062*us)),
 		}},
 		// A bucket of 9,007,199,230,000,000 units, just below 2^53: 10^7
 		// per token at 900,719,923 per 10s, a burst of as many. Emptied,
@@ -506,16 +508,17 @@ func edgeScenarios() []scenario {
 			under(prime(123_385_921, 1, 0), peek(0, 0, 73000219*us)),
 			under(prime(128, 1, 70368744169851*us), deny(0, 13, 0, 99811*us, 70368744175912*us)),
 		}},
-		// The longest durations there are: a shaper filled at the latest
-		// valid time (exact.MaxNow), asked again 1µs after 1970. 1 per
-		// 2^45µs, burst 2, up to 2^46µs of delay: 4 fit at once, the last
-		// 2^46µs late, and leave a level of 2^47µs. Then 4 more would wait
-		// the lag, 2^53 − 2^47 − 1µs, plus 3 × 2^46µs, beyond 2^53; less
-		// the delay allowed, RetryAfter is 2^53 − 1µs.
-		scenario{name: "shaping at the ends of time", limit: ends, steps: []step{
-			shaped(lastUS, 4, 0, 70368744177664*us, 140737488355328*us),
-			deny(firstUS, 4, 0, 9007199254740991*us, 9007199254740991*us),
-			peek(firstUS, 0, 9007199254740991*us),
+		// The longest durations there are: a bucket filled at the latest
+		// valid time (exact.MaxNow) at 1,048,577 per 2^45µs, 255 tokens
+		// (2.4h of draining), is read 1µs after 1970 by a shaper of 1 per
+		// 2^45µs, burst 2, up to 2^46µs of delay: the same unit, so its
+		// level is read whole and capped at 2^47µs of draining. Then 4
+		// more would wait the lag, 2^53 − 2^47 − 1µs, plus 3 × 2^46µs,
+		// beyond 2^53; less the delay allowed, RetryAfter is 2^53 − 1µs.
+		scenario{name: "shaping at the ends of time", limit: fill, steps: []step{
+			allow(lastUS, 255, 0, 8556372001*us),
+			under(ends, deny(firstUS, 4, 0, 9007199254740991*us, 9007199254740991*us)),
+			under(ends, peek(firstUS, 0, 9007199254740991*us)),
 		}},
 	)
 	return out
