@@ -167,7 +167,7 @@ func levelAt(s *state, fresh bool, p *tollgate.Params, now int64) (level, ts int
 
 // maxDrainUS is the longest a leaky bucket's level may take to drain as a
 // limit reads it: twice the longest period or maximum delay, so no level
-// a limit leaves itself is above it, while a level another rate of the
+// a limit's own admissions leave is above it, while a level another rate of the
 // same unit left (997 and 1 per a period 997 does not divide) may drain in
 // centuries. With the lag of a clock that stepped back from exact.MaxNow,
 // every duration stays within 2^53 µs.

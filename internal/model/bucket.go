@@ -128,8 +128,8 @@ func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 
 // maxDrain is the longest a leaky bucket's level may take to drain, in
 // µs, as any limit reads it: 2^47, twice the longest period or maximum
-// delay, so a level a limit leaves itself (Burst, and what MaxDelay
-// queues) is never above it. With the lag of a clock that stepped back
+// delay, so a level a limit's own admissions leave (Burst, and what
+// MaxDelay queues) is never above it. With the lag of a clock that stepped back
 // from the latest valid time, every duration a decision reports stays
 // within 2^53 µs.
 const maxDrain = 1 << 47
