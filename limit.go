@@ -53,6 +53,11 @@ const (
 	// The Delay never exceeds MaxDelay, also after the clock stepped back
 	// (the time the clock went back is part of the Delay); a look (n = 0)
 	// reports no Delay, as it sends nothing.
+	// A level is read as at most what drains in 2^47µs (about 4.5 years)
+	// under the limit reading it, and a Settler's charge fills it no
+	// further. What a limit admits itself always drains sooner: only a
+	// bucket filled at a far higher Rate and then read at a much slower
+	// one, or a charge of years of debt, is ever capped.
 	LeakyBucket
 
 	numAlgorithms

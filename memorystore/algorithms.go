@@ -153,6 +153,7 @@ func levelAt(s *state, fresh bool, p *tollgate.Params, now int64) (level, ts int
 		// A debt a settle charged beyond that is forgiven.
 		level = exact.MulDiv(level, p.Unit, s.c, p.Burst*p.Unit+p.MaxDelayUS*p.UnitRate)
 	}
+	level = min(level, drainable(p))
 	if now > ts {
 		if now-ts >= exact.CeilDiv(level, p.UnitRate) {
 			level = 0
@@ -162,6 +163,23 @@ func levelAt(s *state, fresh bool, p *tollgate.Params, now int64) (level, ts int
 		ts = now
 	}
 	return level, ts
+}
+
+// maxDrainUS is the longest a leaky bucket's level may take to drain as a
+// limit reads it: twice the longest period or maximum delay, so no level
+// a limit's own admissions leave is above it, while a level another rate of the
+// same unit left (997 and 1 per a period 997 does not divide) may drain in
+// centuries. With the lag of a clock that stepped back from exact.MaxNow,
+// every duration stays within 2^53 µs.
+const maxDrainUS = 2 * exact.MaxHorizon
+
+// drainable returns the units that drain in maxDrainUS under p, or
+// exact.Max when that is more (every level is below it).
+func drainable(p *tollgate.Params) int64 {
+	if p.UnitRate >= exact.Max/maxDrainUS {
+		return exact.Max
+	}
+	return maxDrainUS * p.UnitRate
 }
 
 func gcra(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {

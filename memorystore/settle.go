@@ -51,13 +51,14 @@ func settleTokenBucket(s *state, fresh bool, p *tollgate.Params, now, d int64) {
 }
 
 // settleLeakyBucket drains the level by a refund, down to empty, and
-// fills it by a charge up to Capacity + MaxDebt.
+// fills it by a charge up to Capacity + MaxDebt, and no further than a read
+// caps it (drainable).
 func settleLeakyBucket(s *state, fresh bool, p *tollgate.Params, now, d int64) {
 	level, ts := levelAt(s, fresh, p, now)
 	if d < 0 {
 		level = max(level+d*p.Unit, 0)
 	} else {
-		level = max(level, min(level+d*p.Unit, (p.Capacity+p.MaxDebt)*p.Unit))
+		level = max(level, min(level+d*p.Unit, (p.Capacity+p.MaxDebt)*p.Unit, drainable(p)))
 	}
 	s.a, s.b, s.c = level, ts, p.Unit
 }

@@ -118,11 +118,12 @@ var settleCases = []struct {
 	// of the same period and unit (period ÷ gcd(rate, period)) and another
 	// rate: 833 tokens charged at 115 per P (bound 727 + 106) are
 	// 8,998,264,189,483,317 units, so close to 2^53 that the level plus a
-	// request's cost is not a double; the excess over the burst, 830
-	// tokens, is, and drains at 2 units a µs.
+	// request's cost is not a double. At 2 per P the read caps it at what
+	// drains in 2^47µs, 2^48 units; with a request of 6 that is 2^48 − 3P
+	// units above the burst of 9, which drain at 2 units a µs.
 	{"leaky bucket full to 2^53 under another rate", tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 115, Period: bigPeriod, Burst: 727}, []settleStep{
 		{op: "settle", n: 1, actual: 2186, want: ok(0, 78245775560725*time.Microsecond)},
-		{op: "allow", n: 6, want: deny(4482928737857835*time.Microsecond, 4499132094741659*time.Microsecond), under: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: bigPeriod, Burst: 9}},
+		{op: "allow", n: 6, want: deny(124534131471505*time.Microsecond, 140737488355328*time.Microsecond), under: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: bigPeriod, Burst: 9}},
 	}},
 	{"token bucket without state", tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: sec, Burst: 10}, freshSteps},
 	{"gcra without state", tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 10, Period: sec, Burst: 10}, freshSteps},

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/exact"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -403,6 +404,23 @@ func edgeScenarios() []scenario {
 		allow(0, 1, 0, 10*ms),
 		under(raised, expired),
 	}})
+	// A bucket whose units nearly reach 2^53 (see its scenario below).
+	nearMax := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 900_719_923, Period: 10 * second, Burst: 900_719_923}
+	// A leaky bucket per 1,000,003µs (see its scenario below).
+	prime := func(rate, burst int, maxDelay time.Duration) tollgate.Limit {
+		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 1_000_003 * us, Burst: burst, MaxDelay: maxDelay}
+	}
+	// A shaper, a bucket of its unit that fills fast, and the first and
+	// last instants a decision may be made at (see their scenario below),
+	// the last one 229 years from T0.
+	ends := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: 1 << 45 * us, Burst: 2, MaxDelay: 1 << 46 * us}
+	fill := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1<<20 + 1, Period: 1 << 45 * us, Burst: 255}
+	lastUS := time.UnixMicro(exact.MaxNow).Sub(T0)
+	firstUS := time.UnixMicro(1).Sub(T0)
+	// A leaky bucket of rate per 125 days (see its scenario below).
+	centuries := func(rate, burst int) tollgate.Limit {
+		return tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: 10802237922549 * us, Burst: burst}
+	}
 	// A rate change converts what a key holds to the new unit exactly. 498
 	// millionths of a token at 1/s are 249 of the 500,000 units a token has
 	// at 2/s (a double computes 248.99999999999997), and a level of
@@ -428,6 +446,79 @@ func edgeScenarios() []scenario {
 			allow(0, 1, 1, second),
 			allow(951425*us, 1, 0, 1048575*us),
 			under(with(fast, tollgate.LeakyBucket), deny(951425*us, 1, 0, 24287*us, 524287*us)),
+		}},
+		// A period of 10,802,237,922,549µs (125 days), which the prime
+		// 99,991 does not divide: at 99,991 and at 1 per period a token is
+		// the same number of units, the period's µs, so a level written at
+		// 99,991 (833 tokens, 25h of draining) is read whole at 1, where
+		// it would drain in 285 years, more µs than a double counts
+		// exactly. Every read caps a level at what drains in 2^47µs (about
+		// 4.5 years) under the reading limit: here 2^47 =
+		// 140,737,488,355,328 units, read 10,001h before the write.
+		scenario{name: "level capped under a far slower rate", limit: centuries(99_991, 833), steps: []step{
+			allow(0, 833, 0, 89990741062*us),
+			under(centuries(1, 1), peek(-10001*time.Hour, 0, 176741088355328*us)),
+			under(centuries(1, 1), deny(-10001*time.Hour, 1, 0, 176741088355328*us, 176741088355328*us)),
+			// The same read an hour on, the clock still 10,000h back.
+			under(centuries(1, 1), peek(-10000*time.Hour, 0, 176737488355328*us)),
+		}},
+		// The token bucket and GCRA under the same change keep no amount
+		// that a slower rate turns into centuries: the token bucket reads
+		// its tokens (none left) clamped to this limit's burst and debt,
+		// so its durations are the lag plus one period; GCRA keeps a time,
+		// 833 intervals of 99,991 per period on (rounded up to a whole µs
+		// under the slower rate), plus the lag.
+		scenario{name: "tokens under a far slower rate", limit: with(centuries(99_991, 833), tollgate.TokenBucket), steps: []step{
+			allow(0, 833, 0, 89990741062*us),
+			under(with(centuries(1, 1), tollgate.TokenBucket), peek(-10001*time.Hour, 0, 46805837922549*us)),
+			under(with(centuries(1, 1), tollgate.TokenBucket), deny(-10001*time.Hour, 1, 0, 46805837922549*us, 46805837922549*us)),
+		}},
+		scenario{name: "arrival time under a far slower rate", limit: with(centuries(99_991, 833), tollgate.GCRA), steps: []step{
+			allow(0, 833, 0, 89990741062*us),
+			under(with(centuries(1, 1), tollgate.GCRA), peek(-10001*time.Hour, 0, 36093590741062*us)),
+			under(with(centuries(1, 1), tollgate.GCRA), deny(-10001*time.Hour, 1, 0, 36093590741062*us, 36093590741062*us)),
+		}},
+		// A bucket of 9,007,199,230,000,000 units, just below 2^53: 10^7
+		// per token at 900,719,923 per 10s, a burst of as many. Emptied,
+		// it is full again in exactly 10s; a ceiling of doubles would
+		// divide 10^7 + 1 times the rate, less 1, past 2^53 and rounded up
+		// to the next multiple of the rate.
+		scenario{name: "ceiling near 2^53", limit: nearMax, steps: []step{
+			allow(0, nearMax.Burst, 0, 10*second),
+			deny(0, 1, 0, us, 10*second),
+			peek(0, 0, 10*second),
+		}},
+		scenario{name: "ceiling near 2^53", limit: with(nearMax, tollgate.LeakyBucket), steps: []step{
+			allow(0, nearMax.Burst, 0, 10*second),
+			deny(0, 1, 0, us, 10*second),
+			peek(0, 0, 10*second),
+		}},
+		// A level just below 2^53 units, read whole under two other rates
+		// of its unit (the period's 1,000,003µs, a prime): 9,007,172,233
+		// tokens at 10^6 per period, the most a bucket may hold, fill it
+		// to 9,007,199,254,516,699 units, 73,000,219 times 123,385,921. At
+		// 123,385,921 per period that drains in 73,000,219µs exactly,
+		// though level + 123,385,920, the sum a ceiling of doubles would
+		// divide, rounds up past 2^53 to the next multiple. A shaper of 128 per period with the longest delay its
+		// burst of 1 allows, 70,368,744,169,851µs, is asked for 13: the
+		// excess, level + 12 periods, passes 2^53 itself, and the wait,
+		// 70,368,744,269,662µs, is 99,811µs too long.
+		scenario{name: "level near 2^53 read under other rates", limit: prime(1_000_000, 9_007_172_233, 0), steps: []step{
+			allow(0, 9_007_172_233, 0, 9007199255*us),
+			under(prime(123_385_921, 1, 0), peek(0, 0, 73000219*us)),
+			under(prime(128, 1, 70368744169851*us), deny(0, 13, 0, 99811*us, 70368744175912*us)),
+		}},
+		// The longest durations there are: a bucket filled at the latest
+		// valid time (exact.MaxNow) at 1,048,577 per 2^45µs, 255 tokens
+		// (2.4h of draining), is read 1µs after 1970 by a shaper of 1 per
+		// 2^45µs, burst 2, up to 2^46µs of delay: the same unit, so its
+		// level is read whole and capped at 2^47µs of draining. Then 4
+		// more would wait the lag, 2^53 − 2^47 − 1µs, plus 3 × 2^46µs,
+		// beyond 2^53; less the delay allowed, RetryAfter is 2^53 − 1µs.
+		scenario{name: "shaping at the ends of time", limit: fill, steps: []step{
+			allow(lastUS, 255, 0, 8556372001*us),
+			under(ends, deny(firstUS, 4, 0, 9007199254740991*us, 9007199254740991*us)),
+			under(ends, peek(firstUS, 0, 9007199254740991*us)),
 		}},
 	)
 	return out

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/exact"
 )
 
 // Gen generates random calls over the whole space of valid inputs of one
@@ -23,6 +24,8 @@ type Gen struct {
 	limit tollgate.Limit
 	now   int64 // µs since the Unix epoch
 	last  tollgate.Result
+	// ends: draw from the corners only (see NewEndsGen).
+	ends bool
 }
 
 // Call is one generated request: key number Key (of ModelKeys) at Now (µs
@@ -57,6 +60,91 @@ func NewGen(alg tollgate.Algorithm, src rand.Source) *Gen {
 	return g
 }
 
+// NewEndsGen returns a generator for alg that draws only from the corners
+// where a double is closest to losing count: a clock anywhere from 1µs
+// after 1970 to exact.MaxNow, jumping between the two; periods a rate
+// rarely divides, so that a changed rate keeps the unit and a bucket's
+// amount is read whole; bursts and maximum delays at the largest Validate
+// accepts, so that amounts reach toward 2^53; and costs of the whole
+// capacity.
+func NewEndsGen(alg tollgate.Algorithm, src rand.Source) *Gen {
+	g := &Gen{rng: rand.New(src), alg: alg, ends: true}
+	g.now = g.endsInstant()
+	g.limit = g.newLimit(g.period())
+	return g
+}
+
+// endsInstant returns an instant near one end of the valid clock, or
+// anywhere on it.
+func (g *Gen) endsInstant() int64 {
+	switch g.rng.IntN(3) {
+	case 0:
+		return 1 + g.logUniform(1, year)
+	case 1:
+		return exact.MaxNow - g.logUniform(1, year) + 1
+	default:
+		return 1 + g.rng.Int64N(exact.MaxNow)
+	}
+}
+
+// endsPeriod returns a period for NewEndsGen: a prime number of µs, a power
+// of two, or any.
+func (g *Gen) endsPeriod() time.Duration {
+	periods := []int64{1, 129, 1_000_003, 10_000_000, 10_802_237_922_549, 1 << 45, exact.MaxHorizon}
+	if g.rng.IntN(4) == 0 {
+		return time.Duration(g.logUniform(1, exact.MaxHorizon)) * time.Microsecond
+	}
+	return time.Duration(periods[g.rng.IntN(len(periods))]) * time.Microsecond
+}
+
+// endsLimit returns a limit of period for NewEndsGen: a burst at the largest
+// Validate accepts (or 1), and a shaper's maximum delay at its largest.
+func (g *Gen) endsLimit(period time.Duration) tollgate.Limit {
+	l := tollgate.Limit{Algorithm: g.alg, Period: period, Rate: int(g.logUniform(1, exact.Max-1))}
+	if g.alg == tollgate.SlidingWindowLog {
+		l.Rate = int(g.logUniform(1, MaxLogRate))
+	}
+	if g.rng.IntN(3) == 0 {
+		l.Rate = 1 + g.rng.IntN(1000)
+	}
+	switch g.alg {
+	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
+		l.Burst = 1
+		if g.rng.IntN(4) != 0 {
+			l.Burst = largest(1, 1<<53, func(v int) bool { l.Burst = v; return l.Validate() == nil })
+		}
+		if g.alg == tollgate.LeakyBucket && g.rng.IntN(2) == 0 {
+			us := largest(1, exact.MaxHorizon, func(v int) bool {
+				l.MaxDelay = time.Duration(v) * time.Microsecond
+				return l.Validate() == nil
+			})
+			l.MaxDelay = time.Duration(us) * time.Microsecond
+		}
+	}
+	for l.Validate() != nil { // a rate too fine for the counter, or above what a burst of 1 allows
+		l.Rate = max(1, l.Rate/2)
+		l.Burst = min(l.Burst, 1)
+	}
+	return l
+}
+
+// largest returns the largest v in [lo, hi] for which ok holds, ok being
+// true at lo and, once false, false above; lo when it never holds.
+func largest(lo, hi int, ok func(int) bool) int {
+	if !ok(lo) {
+		return lo
+	}
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if ok(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
 // logUniform returns an integer in [lo, hi], its logarithm uniform.
 func (g *Gen) logUniform(lo, hi int64) int64 {
 	if hi <= lo {
@@ -67,6 +155,9 @@ func (g *Gen) logUniform(lo, hi int64) int64 {
 }
 
 func (g *Gen) period() time.Duration {
+	if g.ends {
+		return g.endsPeriod()
+	}
 	round := []time.Duration{
 		time.Microsecond, 7 * time.Microsecond, time.Millisecond, 333 * time.Millisecond,
 		time.Second, 1500 * time.Millisecond, time.Minute, time.Hour, 24 * time.Hour,
@@ -107,6 +198,9 @@ func (g *Gen) rate(period time.Duration) int {
 // What Validate refuses is drawn again with a smaller rate or burst: it is
 // the boundary, and the boundary is what should be covered.
 func (g *Gen) newLimit(period time.Duration) tollgate.Limit {
+	if g.ends {
+		return g.endsLimit(period)
+	}
 	l := tollgate.Limit{Algorithm: g.alg, Period: period, Rate: g.rate(period)}
 	switch g.alg {
 	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
@@ -190,6 +284,15 @@ func (g *Gen) moveClock() {
 		d = -1 - g.rng.Int64N(10)
 	default:
 		d = -g.logUniform(1, min(2*periodUS, year))
+	}
+	if g.ends {
+		switch g.rng.IntN(20) {
+		case 0:
+			g.now = g.endsInstant()
+		default:
+			g.now = min(max(g.now+d, 1), exact.MaxNow)
+		}
+		return
 	}
 	g.now += min(d, 2*year) // a RetryAfter can be centuries
 	for g.now > maxNow {    // back by a year or two, and on

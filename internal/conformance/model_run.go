@@ -62,10 +62,22 @@ type Expiry struct {
 // before.
 func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm, src rand.Source, steps int) {
 	tb.Helper()
+	modelDifferential(tb, target, NewGen(alg, src), src, steps)
+}
+
+// ModelEnds is ModelDifferential with the calls of NewEndsGen: the corners
+// of the input space where a store counting in doubles would first go
+// wrong.
+func ModelEnds(tb testing.TB, target ModelTarget, alg tollgate.Algorithm, src rand.Source, steps int) {
+	tb.Helper()
+	modelDifferential(tb, target, NewEndsGen(alg, src), src, steps)
+}
+
+func modelDifferential(tb testing.TB, target ModelTarget, gen *Gen, src rand.Source, steps int) {
+	tb.Helper()
 	clock := NewClock()
 	store := target.New(tb, clock.Now)
 	oracle := model.New()
-	gen := NewGen(alg, src)
 	bytes, _ := src.(*ByteSource)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("model:%d:", rand.Int64())

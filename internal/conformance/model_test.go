@@ -7,7 +7,9 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/internal/exact"
 	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/memorystore"
 )
 
 // The oracle passes the hand-computed table every store must pass.
@@ -100,6 +102,60 @@ func TestGenCoversTheSpace(t *testing.T) {
 			} {
 				if !check.ok {
 					t.Errorf("20,000 calls never reach %s", check.what)
+				}
+			}
+		})
+	}
+}
+
+// TestModelEnds runs the memory store against the model at the corners
+// NewEndsGen draws from, and checks that it reaches them: both ends of the
+// clock, rate changes that keep a bucket's unit, and amounts near 2^53.
+func TestModelEnds(t *testing.T) {
+	t.Parallel()
+	target := conformance.ModelTarget{New: func(tb testing.TB, now func() time.Time) tollgate.Store {
+		return memorystore.New(memorystore.WithClock(now), memorystore.WithMaxKeys(1<<28))
+	}}
+	for _, alg := range tollgate.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.ModelEnds(t, target, alg, rand.NewPCG(7, uint64(alg)), 3000)
+
+			g := conformance.NewEndsGen(alg, rand.NewPCG(8, uint64(alg)))
+			var early, late, sameUnit, near53 int
+			prev := g.Next()
+			for range 3000 {
+				c := g.Next()
+				l := c.Limit
+				switch {
+				case c.Now < 366*24*3600*1_000_000:
+					early++
+				case c.Now > exact.MaxNow-366*24*3600*1_000_000:
+					late++
+				}
+				p, _ := l.Params()
+				q, _ := prev.Limit.Params()
+				if l.Period == prev.Limit.Period && l.Rate != prev.Limit.Rate && p.Unit == q.Unit {
+					sameUnit++
+				}
+				if p.Unit > 0 && (p.Capacity+p.MaxDebt)*p.Unit > exact.Max/2 {
+					near53++
+				}
+				prev = c
+			}
+			t.Logf("1970: %d, 2250: %d, same unit: %d, above 2^52: %d", early, late, sameUnit, near53)
+			bucket := alg == tollgate.TokenBucket || alg == tollgate.GCRA || alg == tollgate.LeakyBucket
+			for _, check := range []struct {
+				what string
+				ok   bool
+			}{
+				{"1970", early > 100},
+				{"exact.MaxNow", late > 100},
+				{"a rate change that keeps the unit", !bucket || sameUnit > 10},
+				{"amounts above 2^52", !bucket || near53 > 100},
+			} {
+				if !check.ok {
+					t.Errorf("3,000 calls never reach %s", check.what)
 				}
 			}
 		})

@@ -191,6 +191,18 @@ func settleScenarios() []settleScenario {
 			reserve(1*s, 1, refused(0, 1000*ms, 2000*ms)),
 			reserve(2*s, 1, tollgate.Result{Allowed: true, Delay: s, ResetAfter: 1500 * ms}),
 		}},
+		// 1/s, burst 70,368,744 (2^46µs' worth, to the second) and 2^46µs
+		// of delay: capacity and MaxDebt are 140,737,488 each, a level
+		// that drains in 2^48µs. A charge stops at what drains in 2^47µs
+		// (140,737,488.355328 tokens), as every read caps a level.
+		settleScenario{name: "charge capped at 2^47µs of draining", limit: tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: s, Burst: 70_368_744, MaxDelay: 1 << 46 * us}, steps: []settleStep{
+			reserve(0, 1, admitted(70_368_743, s)),
+			settle(0, 0, 281_474_976, 0, 140737488355328*us),
+			look(0, 0, 140737488355328*us),
+			// The excess is 2^47 − 70,368,743 s; less 2^46µs of delay.
+			reserve(0, 1, refused(0, 1177664*us, 140737488355328*us)),
+			look(s, 0, 140737487355328*us),
+		}},
 		// 3 per 10s, MaxDebt 3.
 		settleScenario{name: "fixed window", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: 10 * s}, steps: []settleStep{
 			reserve(1*s, 3, admitted(0, 9*s)),

@@ -82,12 +82,15 @@ func tokensAt(s *bucketState, l lim, now int64) (*big.Rat, int64) {
 // unit, rounded down, and clamped to the most this limit can hold: Burst
 // plus what MaxDelay queues (a level left by a far higher rate would
 // otherwise take longer than any duration can say to drain). A level kept
-// under the same rate is kept whole, even above a lowered Burst: it drains
-// in the time it always would have. A request that fits under Burst goes
-// at once. A policer
-// (MaxDelay 0) rejects one that overflows; a shaper admits it with Delay =
-// the lag plus the time until enough has drained, if that is at most
-// MaxDelay, and the level then stands above Burst by what is queued.
+// under the same unit is kept whole, even above a lowered Burst: it drains
+// in the time it always would have. Any level is read as at most what
+// drains in maxDrain under this limit: another rate can share the unit
+// (997 and 1 per a period 997 does not divide), and a level it left may
+// drain in centuries at this one. A request that fits under Burst goes at
+// once. A policer (MaxDelay 0) rejects one that overflows; a shaper admits
+// it with Delay = the lag plus the time until enough has drained, if that
+// is at most MaxDelay, and the level then stands above Burst by what is
+// queued.
 func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	capacity := ratInt(l.burst)
 	level, ts := levelAt(s, l, now)
@@ -123,11 +126,19 @@ func leakyBucket(s *bucketState, l lim, now, n int64) (outcome, state) {
 	return o, next
 }
 
+// maxDrain is the longest a leaky bucket's level may take to drain, in
+// µs, as any limit reads it: 2^47, twice the longest period or maximum
+// delay, so a level a limit's own admissions leave (Burst, and what
+// MaxDelay queues) is never above it. With the lag of a clock that stepped back
+// from the latest valid time, every duration a decision reports stays
+// within 2^53 µs.
+const maxDrain = 1 << 47
+
 // levelAt returns the level of a leaky bucket at now and the bucket's time:
 // kept whole under the same unit, else converted to this limit's, rounded
 // down and clamped to the most it can hold (Burst and what MaxDelay
-// queues), then drained for the time since ts unless the clock stepped
-// back.
+// queues); then at most what drains in maxDrain; then drained for the time
+// since ts unless the clock stepped back.
 func levelAt(s *bucketState, l lim, now int64) (*big.Rat, int64) {
 	if s == nil {
 		return ratInt(0), now
@@ -138,6 +149,7 @@ func levelAt(s *bucketState, l lim, now int64) (*big.Rat, int64) {
 	if s.unit.Cmp(l.unit()) != 0 {
 		level = ratMin(roundDown(level, l.unit()), most)
 	}
+	level = ratMin(level, l.drainable())
 	if now > ts {
 		drained := ratMul(ratInt(now-ts), l.perUS())
 		level = ratMax(ratInt(0), ratSub(level, drained))
@@ -145,3 +157,6 @@ func levelAt(s *bucketState, l lim, now int64) (*big.Rat, int64) {
 	}
 	return level, ts
 }
+
+// drainable returns the tokens that drain in maxDrain under l.
+func (l lim) drainable() *big.Rat { return ratMul(ratInt(maxDrain), l.perUS()) }

@@ -27,7 +27,10 @@
 //     period/gcd(rate, period) in µs, and a changed rate converts the amount
 //     to the new unit rounded down; GCRA's theoretical arrival time is kept
 //     in units of 1/v µs, v = rate/gcd(rate, period), and a changed rate
-//     rounds it up to the new unit.
+//     rounds it up to the new unit. A leaky bucket's level is read as at
+//     most what drains in 2^47 µs under the reading limit, and a settle
+//     charges it no further: a level left by a far faster rate of the same
+//     unit would otherwise take centuries to drain.
 //   - A state expires, and is then forgotten as if it had never been
 //     written, the way a Redis key with a TTL is: at now + ⌈ResetAfter⌉
 //     (rounded up to a whole millisecond, at least one) of the last call

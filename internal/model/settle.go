@@ -115,7 +115,10 @@ func settle(s state, alg tollgate.Algorithm, l lim, now, at, d int64) state {
 		if d < 0 {
 			level = ratMax(ratAdd(level, ratInt(d)), ratInt(0))
 		} else {
-			level = ratMax(level, ratMin(ratAdd(level, ratInt(d)), ratInt(add(l.capacity, l.maxDebt))))
+			// Up to Capacity + MaxDebt, and no further than a read would
+			// cap it (see levelAt).
+			most := ratMin(ratInt(add(l.capacity, l.maxDebt)), l.drainable())
+			level = ratMax(level, ratMin(ratAdd(level, ratInt(d)), most))
 		}
 		return &bucketState{amount: level, ts: ts, unit: l.unit()}
 	case tollgate.GCRA:

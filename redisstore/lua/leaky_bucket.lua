@@ -27,10 +27,29 @@
 --     when a lowered limit left the level above the capacity.
 --   * A changed rate rescales the level exactly, rounded down, clamped to
 --     the capacity plus what the max delay queues.
+--   * Every read caps the level at what leaks in 2^47 µs at this rate (twice
+--     the longest period or max delay, so no level this limit leaves is
+--     above it). Another rate can share the unit (997 and 1 per a period
+--     997 does not divide): its level is read whole, and at this rate might
+--     take centuries to leak, more µs than a double counts. Capped, every
+--     duration is at most the lag plus 2^47, within 2^53 for any time up to
+--     exact.MaxNow. rate * 2^47 is exact (a power of two times an integer).
 --   * Fixed-point units, exact leak (max(0, level - elapsed * rate), exact
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty, set by every
 --     call that finds the key) as in token_bucket.lua.
+
+-- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1. lib's
+-- cdiv forms a + b - 1, which passes 2^53 for a level near it (read whole
+-- from another rate of the same unit) and may round up to a multiple of b.
+local function ceil(a, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
@@ -59,6 +78,7 @@ local function decide(key, argv, o, now)
       -- draining at one a day would outlast any duration.
       level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
     end
+    level = math.min(level, rate * 140737488355328)
     if now > ts then
       level = math.max(0, level - (now - ts) * rate)
       ts = now
@@ -70,25 +90,46 @@ local function decide(key, argv, o, now)
   -- level - capacity first: a level kept under another rate of the same
   -- unit may lie near 2^53 (a settle's charge), where level + cost is no
   -- longer a double.
-  local over = level - capacity + cost
+  local excess = level - capacity
+  local over = excess + cost
   local allowed, retry, reset, delay = 0, 0, 0, 0
   if n == 0 or over <= 0 then
     allowed = 1
   else
-    -- When the request could go: the lag, then the time to leak the excess.
-    local wait = lag + cdiv(over, rate)
+    -- The time to leak the excess. It is at most 2^47 µs plus the max
+    -- delay, but the excess itself, over, passes 2^53 when such a level
+    -- meets a large cost: then the ceiling comes from each part's
+    -- quotient and remainder.
+    local leak
+    if over < 9007199254740992 then
+      leak = ceil(over, rate)
+    else
+      local qe, qc = fdiv(excess, rate), fdiv(cost, rate)
+      local re, rc = excess - qe * rate, cost - qc * rate
+      leak = qe + qc
+      if re > rate - rc then
+        leak = leak + 2
+      elseif re + rc > 0 then
+        leak = leak + 1
+      end
+    end
+    -- When the request could go: the lag, then the leak. The sum may pass
+    -- 2^53 (a lag back from 2250 to 1970, and a full shaper's years) and
+    -- round, but never to at most maxdelay when it is more; retry, at most
+    -- 2^53, subtracts maxdelay from the lag first, so it is exact.
+    local wait = lag + leak
     if wait <= maxdelay then
       allowed = 1
       delay = wait
     else
-      retry = wait - maxdelay
+      retry = (lag - maxdelay) + leak
     end
   end
   if allowed == 1 then
     level = level + cost
   end
   if level > 0 then
-    reset = lag + cdiv(level, rate)
+    reset = lag + ceil(level, rate)
   end
   if allowed == 1 and n > 0 then
     if same then

@@ -61,6 +61,16 @@ local function keep(key, wrote, found, reset)
   end
 end
 
+-- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1, where
+-- lib's cdiv, forming a + b - 1, may pass 2^53 (see token_bucket.lua).
+local function ceil(a, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
 -- tb corrects a token bucket (see token_bucket.lua for the state). A debt
 -- is tokens below 0; bound - burst tokens at most.
 local function tb(key, argv, o, now, d, bound)
@@ -107,7 +117,7 @@ local function tb(key, argv, o, now, d, bound)
   end
   local reset = 0
   if tokens < capacity then
-    reset = lag + cdiv(capacity - tokens, rate)
+    reset = lag + ceil(capacity - tokens, rate)
   end
   if d ~= 0 then
     if same then
@@ -125,13 +135,17 @@ local function tb(key, argv, o, now, d, bound)
 end
 
 -- lb corrects a leaky bucket, policer or shaper (see leaky_bucket.lua). A
--- charge fills it up to bound requests.
+-- charge fills it up to bound requests, and to no more than leaks in 2^47
+-- µs.
 local function lb(key, argv, o, now, d, bound)
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local maxdelay = tonumber(argv[o + 9])
   local capacity = burst * unit
+  -- A read caps the level at what leaks in 2^47 µs, as leaky_bucket.lua's
+  -- does, and a charge fills it no further.
+  local most = rate * 140737488355328
 
   local level, ts, same = 0, now, false
   local st = redis.call('HMGET', key, 'l', 'ts', 'u')
@@ -148,6 +162,7 @@ local function lb(key, argv, o, now, d, bound)
     if u ~= unit then
       level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
     end
+    level = math.min(level, most)
     if now > ts then
       level = math.max(0, level - (now - ts) * rate)
       ts = now
@@ -160,11 +175,11 @@ local function lb(key, argv, o, now, d, bound)
   if d < 0 then
     level = math.max(level + d * unit, 0)
   elseif d > 0 then
-    level = math.min(level + d * unit, math.max(level, bound * unit))
+    level = math.min(level + d * unit, math.max(level, math.min(bound * unit, most)))
   end
   local reset = 0
   if level > 0 then
-    reset = lag + cdiv(level, rate)
+    reset = lag + ceil(level, rate)
   end
   if d ~= 0 then
     if same then
