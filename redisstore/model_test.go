@@ -166,6 +166,19 @@ func TestModelLong(t *testing.T) {
 	}
 }
 
+// TestModelEnds runs the model at the corners of the input space (both ends
+// of the clock, rate changes that keep a bucket's unit, amounts near 2^53),
+// where Lua's doubles are closest to rounding.
+func TestModelEnds(t *testing.T) {
+	s := modelSeedFor(t)
+	for _, alg := range tollgate.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.ModelEnds(t, modelTarget(standalone), alg, rand.NewPCG(s, uint64(alg)), *modelSteps)
+		})
+	}
+}
+
 // TestModelLogTime runs the sliding window log at its largest rates and
 // costs on the standalone server with every command in SLOWLOG, and bounds
 // the Redis time its decisions take: the median under a millisecond, nine

@@ -39,17 +39,6 @@
 --     write on denial and the TTL (until the bucket is empty, set by every
 --     call that finds the key) as in token_bucket.lua.
 
--- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1. lib's
--- cdiv forms a + b - 1, which passes 2^53 for a level near it (read whole
--- from another rate of the same unit) and may round up to a multiple of b.
-local function ceil(a, b)
-  local q = fdiv(a, b)
-  if q * b < a then
-    q = q + 1
-  end
-  return q
-end
-
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
@@ -102,7 +91,7 @@ local function decide(key, argv, o, now)
     -- quotient and remainder.
     local leak
     if over < 9007199254740992 then
-      leak = ceil(over, rate)
+      leak = cdiv(over, rate)
     else
       local qe, qc = fdiv(excess, rate), fdiv(cost, rate)
       local re, rc = excess - qe * rate, cost - qc * rate
@@ -129,7 +118,7 @@ local function decide(key, argv, o, now)
     level = level + cost
   end
   if level > 0 then
-    reset = lag + ceil(level, rate)
+    reset = lag + cdiv(level, rate)
   end
   if allowed == 1 and n > 0 then
     if same then

@@ -27,9 +27,15 @@ local function fdiv(a, b)
   return q
 end
 
--- cdiv returns ceil(a / b) exactly, for 0 <= a and b >= 1.
+-- cdiv returns ceil(a / b) exactly, for 0 <= a < 2^53 and b >= 1. The
+-- floor, corrected upwards, never forms a + b - 1, which may pass 2^53 and
+-- round (a bucket of nearly 2^53 units, a TTL at the far end of time).
 local function cdiv(a, b)
-  return fdiv(a + b - 1, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
 end
 
 -- int formats an integer-valued number with all its digits. '%d' converts

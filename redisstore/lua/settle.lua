@@ -61,16 +61,6 @@ local function keep(key, wrote, found, reset)
   end
 end
 
--- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1, where
--- lib's cdiv, forming a + b - 1, may pass 2^53 (see token_bucket.lua).
-local function ceil(a, b)
-  local q = fdiv(a, b)
-  if q * b < a then
-    q = q + 1
-  end
-  return q
-end
-
 -- tb corrects a token bucket (see token_bucket.lua for the state). A debt
 -- is tokens below 0; bound - burst tokens at most.
 local function tb(key, argv, o, now, d, bound)
@@ -117,7 +107,7 @@ local function tb(key, argv, o, now, d, bound)
   end
   local reset = 0
   if tokens < capacity then
-    reset = lag + ceil(capacity - tokens, rate)
+    reset = lag + cdiv(capacity - tokens, rate)
   end
   if d ~= 0 then
     if same then
@@ -179,7 +169,7 @@ local function lb(key, argv, o, now, d, bound)
   end
   local reset = 0
   if level > 0 then
-    reset = lag + ceil(level, rate)
+    reset = lag + cdiv(level, rate)
   end
   if d ~= 0 then
     if same then

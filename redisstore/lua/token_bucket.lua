@@ -41,18 +41,6 @@
 --     hold exactly — so the minimum is exact. One ceil-division per
 --     decision fewer than comparing elapsed with the time to fill.
 
--- ceil returns ceil(a / b) exactly for 0 <= a < 2^53 and b >= 1. lib's
--- cdiv forms a + b - 1, which passes 2^53 for a bucket of nearly 2^53
--- units and may round up to the next multiple of b: 10^7 × 900,719,923
--- units at 900,719,923 a µs would take 10^7 + 1 µs.
-local function ceil(a, b)
-  local q = fdiv(a, b)
-  if q * b < a then
-    q = q + 1
-  end
-  return q
-end
-
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
@@ -106,10 +94,10 @@ local function decide(key, argv, o, now)
     tokens = tokens - cost
   end
   if tokens < capacity then
-    reset = lag + ceil(capacity - tokens, rate)
+    reset = lag + cdiv(capacity - tokens, rate)
   end
   if allowed == 0 then
-    retry = lag + ceil(cost - tokens, rate)
+    retry = lag + cdiv(cost - tokens, rate)
   end
   if allowed == 1 and n > 0 then
     if same then
