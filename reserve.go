@@ -63,7 +63,8 @@ import (
 // reservations, so a reservation's data settled twice by hand is counted
 // twice.
 //
-// memorystore.Store and redisstore.Store implement it.
+// memorystore.Store and redisstore.Store implement it, and tiered.Store
+// through its global store.
 type Settler interface {
 	Store
 	// ReserveN decides exactly as AllowN(ctx, key, limit, n) does, and
