@@ -19,7 +19,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/conformance"
-	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -158,7 +157,7 @@ func settleKey(prefix string, i int) string { return prefix + ":" + strconv.Itoa
 // each reads TIME once, so those times order the calls on a key as Redis
 // applied them (the test checks that no two calls on a key share a µs,
 // which would leave the order unknown). Replayed one by one in that order
-// on memorystore, its clock set to each call's time, every call must get
+// on the model, its clock set to each call's time, every call must get
 // the Result the children got — whatever the two processes interleaved,
 // each call saw exactly the state the calls before it left — and every
 // key must end as the replay's.
@@ -250,10 +249,11 @@ func TestSettleTwoProcesses(t *testing.T) {
 	}
 	end := tm.Val().UnixMicro()
 
-	// memorystore replays every call, one by one, on its own clock set to
-	// the call's time.
+	// The model (internal/model, exact and independent of both stores)
+	// replays every call, one by one, on its own clock set to the call's
+	// time.
 	clock := conformance.NewClock()
-	replay := memorystore.New(memorystore.WithClock(clock.Now))
+	replay := conformance.NewModelStore(clock.Now)
 	for i, o := range ops {
 		clock.Set(time.UnixMicro(o.t).Sub(conformance.T0))
 		limit := settleLimits[o.limit]
