@@ -60,8 +60,6 @@ func overMemory() conformance.Backend {
 		New: func(t *testing.T, now func() time.Time) tollgate.Store {
 			return tiered.New(memorystore.New(memorystore.WithClock(now)), tiered.WithClock(now), untimed)
 		},
-		TTL:      func(*testing.T, tollgate.Store, string, tollgate.Limit) (time.Duration, bool) { return 0, false },
-		TTLSlack: 1000 * time.Hour,
 	}
 }
 
