@@ -82,6 +82,33 @@ func FuzzSlidingWindowLog(f *testing.F)     { fuzzModel(f, tollgate.SlidingWindo
 func FuzzSlidingWindowCounter(f *testing.F) { fuzzModel(f, tollgate.SlidingWindowCounter) }
 func FuzzLeakyBucket(f *testing.F)          { fuzzModel(f, tollgate.LeakyBucket) }
 
+// FuzzSettle: reservations, settles and refunds of the algorithm the first
+// byte picks, the rest drawing the calls, against the model.
+func FuzzSettle(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		alg := tollgate.Algorithms()[int(data[0])%len(tollgate.Algorithms())]
+		conformance.SettleDifferential(t, modelTarget(), alg, conformance.NewByteSource(data[1:]), 300)
+	})
+}
+
+// FuzzEnds: decisions at the corners of the input space (both ends of the
+// clock, rate changes that keep a bucket's unit, amounts near 2^53), of the
+// algorithm the first byte picks, against the model.
+func FuzzEnds(f *testing.F) {
+	f.Add([]byte{5, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		alg := tollgate.Algorithms()[int(data[0])%len(tollgate.Algorithms())]
+		conformance.ModelEnds(t, modelTarget(), alg, conformance.NewByteSource(data[1:]), 300)
+	})
+}
+
 func TestModelCases(t *testing.T) {
 	conformance.RunModelCases(t, modelTarget())
 }

@@ -27,9 +27,15 @@ import (
 func SettleModel(t *testing.T, target ModelTarget, steps int, seed uint64) {
 	for _, alg := range tollgate.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
-			settleModel(t, target, alg, rand.NewPCG(seed, uint64(alg)), steps)
+			SettleDifferential(t, target, alg, rand.NewPCG(seed, uint64(alg)), steps)
 		})
 	}
+}
+
+// SettleDifferential is SettleModel for one algorithm, its random choices
+// drawn from src (a NewByteSource for a fuzz target).
+func SettleDifferential(t *testing.T, target ModelTarget, alg tollgate.Algorithm, src rand.Source, steps int) {
+	settleModel(t, target, alg, src, steps)
 }
 
 // reservationMade is a reservation the run may settle.
