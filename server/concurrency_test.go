@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +203,38 @@ func testMetric(t *testing.T, s *Server, series string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestConcurrencyFlowJSON: the same two calls over /json, as an HTTP client
+// that is not Envoy makes them: a start takes a slot, a stream-done call
+// gives it back.
+func TestConcurrencyFlowJSON(t *testing.T) {
+	t.Parallel()
+	s, _ := newConcServer(t, concRules)
+	h := s.Handler()
+	post := func(id string, phase string) int {
+		entries := `{"key":"tenant","value":"acme"},{"key":"` + PermitKey + `","value":"` + id + `"}`
+		if phase != "" {
+			entries += `,{"key":"` + PhaseKey + `","value":"` + phase + `"}`
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json",
+			strings.NewReader(`{"domain":"llm","descriptors":[{"entries":[`+entries+`]}]}`)))
+		return w.Code
+	}
+	for i, step := range []struct {
+		id, phase string
+		want      int
+	}{
+		{"r1", "", 200},
+		{"r2", "", 200},
+		{"r3", "", 429}, // max_in_flight 2
+		{"r1", PhaseStreamDone, 200},
+		{"r3", "", 200}, // r1's slot is free again
+		{"r4", "", 429},
+	} {
+		if got := post(step.id, step.phase); got != step.want {
+			t.Fatalf("call %d (%s %s): %d, want %d", i, step.id, step.phase, got, step.want)
+		}
+	}
 }
