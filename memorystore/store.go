@@ -317,38 +317,47 @@ func (s *Store) clock() int64 {
 
 // AllowN implements tollgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
-	r, _, err := s.allowN(ctx, key, limit, n)
-	return r, err
+	// The clock first: reading it waits for every load before it to
+	// complete, and the decision's loads that miss the CPU's caches (the
+	// key, its entry) come after it, so they are not made to wait twice.
+	now := s.clock()
+	// The Result is made here, in the frame that returns it: each frame it
+	// is returned through copies its eleven words on the stack.
+	var d decision
+	if err := s.decideAt(ctx, &d, key, limit, n, now); err != nil {
+		return tollgate.Result{Limit: limit}, err
+	}
+	return d.result(limit), nil
 }
 
 // ReserveN implements tollgate.Settler: AllowN's decision, and the store's
 // clock it was made at.
 func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
-	return s.allowN(ctx, key, limit, n)
+	now := s.clock()
+	var d decision
+	if err := s.decideAt(ctx, &d, key, limit, n, now); err != nil {
+		return tollgate.Result{Limit: limit}, now, err
+	}
+	return d.result(limit), now, nil
 }
 
-// allowN decides as AllowN does and returns the clock it decided at.
-func (s *Store) allowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
-	// The clock first: reading it waits for every load before it to
-	// complete, and the decision's loads that miss the CPU's caches (the
-	// key, its entry) come after it, so they are not made to wait twice.
-	now := s.clock()
+// decideAt makes AllowN's decision at now into d.
+func (s *Store) decideAt(ctx context.Context, d *decision, key string, limit tollgate.Limit, n int, now int64) error {
 	var spare tollgate.Params
 	p, err := s.check(key, limit, n, &spare)
 	if err != nil {
-		return tollgate.Result{Limit: limit}, now, fmt.Errorf("memorystore: %w", err)
+		return fmt.Errorf("memorystore: %w", err)
 	}
 	if err := s.usable(ctx, now); err != nil {
-		return tollgate.Result{Limit: limit}, now, err
+		return err
 	}
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
 
-	var d decision
 	sh.mu.Lock()
-	s.decide(&d, sh, h, kind, key, p, now, int64(n))
+	s.decide(d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
-	return d.result(limit), now, nil
+	return nil
 }
 
 // usable reports why the store cannot decide now: a canceled context, or a
