@@ -60,27 +60,48 @@ type checked struct {
 	p     tollgate.Params
 }
 
-// check validates a request as tollgate.CheckRequest does and returns the
-// limit's Params: remembered ones, or else in *spare.
-func (s *Store) check(key string, limit tollgate.Limit, n int, spare *tollgate.Params) (*tollgate.Params, error) {
+// slots returns the two slots of limits that limit may take.
+func (s *Store) slots(limit *tollgate.Limit) (one, two *atomic.Pointer[checked]) {
 	h := uint64(limit.Rate)*0x9e3779b97f4a7c15 ^ uint64(limit.Period)*0xc2b2ae3d27d4eb4f ^
 		uint64(limit.Burst)*0x165667b19e3779f9 ^ uint64(limit.MaxDelay) ^ uint64(limit.Algorithm)
 	h ^= h >> 29
 	const mask = uint64(len(s.limits) - 1)
-	one, two := &s.limits[h&mask], &s.limits[h>>58&mask]
-	valid := len(key) > 0 && len(key) <= tollgate.MaxKeyLen && n >= 0
-	if c := one.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
-		return &c.p, nil
+	return &s.limits[h&mask], &s.limits[h>>58&mask]
+}
+
+// known returns the remembered Params of limit, or nil. It compares the
+// fields one by one, in line: comparing the structs calls a function.
+func (s *Store) known(limit *tollgate.Limit) *tollgate.Params {
+	one, two := s.slots(limit)
+	if c := one.Load(); c != nil && c.holds(limit) {
+		return &c.p
 	}
-	if c := two.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
-		return &c.p, nil
+	if c := two.Load(); c != nil && c.holds(limit) {
+		return &c.p
 	}
+	return nil
+}
+
+// holds reports whether c is limit's.
+func (c *checked) holds(limit *tollgate.Limit) bool {
+	return c.limit.Rate == limit.Rate && c.limit.Period == limit.Period && c.limit.Burst == limit.Burst &&
+		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm
+}
+
+// check validates a request as tollgate.CheckRequest does and returns the
+// limit's Params: remembered ones, or else in *spare. (A valid request
+// under a remembered limit is answered in line, by known.)
+func (s *Store) check(key string, limit *tollgate.Limit, n int, spare *tollgate.Params) (*tollgate.Params, error) {
 	var err error
-	if *spare, err = tollgate.CheckRequest(key, limit, n); err != nil {
+	if *spare, err = tollgate.CheckRequest(key, *limit, n); err != nil {
 		return nil, err
 	}
+	if p := s.known(limit); p != nil {
+		return p, nil
+	}
+	one, two := s.slots(limit)
 	if one.Load() == nil || two.Load() == nil {
-		c := &checked{limit: limit, p: *spare}
+		c := &checked{limit: *limit, p: *spare}
 		if one.CompareAndSwap(nil, c) || two.CompareAndSwap(nil, c) {
 			return &c.p, nil
 		}
@@ -324,7 +345,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	// The Result is made here, in the frame that returns it: each frame it
 	// is returned through copies its eleven words on the stack.
 	var d decision
-	if err := s.decideAt(ctx, &d, key, limit, n, now); err != nil {
+	if err := s.decideAt(ctx, &d, key, &limit, n, now); err != nil {
 		return tollgate.Result{Limit: limit}, err
 	}
 	return d.result(limit), nil
@@ -335,21 +356,28 @@ func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n 
 func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
 	now := s.clock()
 	var d decision
-	if err := s.decideAt(ctx, &d, key, limit, n, now); err != nil {
+	if err := s.decideAt(ctx, &d, key, &limit, n, now); err != nil {
 		return tollgate.Result{Limit: limit}, now, err
 	}
 	return d.result(limit), now, nil
 }
 
 // decideAt makes AllowN's decision at now into d.
-func (s *Store) decideAt(ctx context.Context, d *decision, key string, limit tollgate.Limit, n int, now int64) error {
-	var spare tollgate.Params
-	p, err := s.check(key, limit, n, &spare)
-	if err != nil {
-		return fmt.Errorf("memorystore: %w", err)
+func (s *Store) decideAt(ctx context.Context, d *decision, key string, limit *tollgate.Limit, n int, now int64) error {
+	// A valid request under a remembered limit, the common case, is
+	// checked in line; anything else by check, with its Params in spare.
+	p := s.known(limit)
+	if p == nil || len(key) == 0 || len(key) > tollgate.MaxKeyLen || n < 0 || int64(n) > p.Capacity {
+		var (
+			spare tollgate.Params
+			err   error
+		)
+		if p, err = s.check(key, limit, n, &spare); err != nil {
+			return fmt.Errorf("memorystore: %w", err)
+		}
 	}
-	if err := s.usable(ctx, now); err != nil {
-		return err
+	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
+		return s.usable(ctx, now)
 	}
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
