@@ -337,33 +337,30 @@ func (s *Store) clock() int64 {
 }
 
 // AllowN implements tollgate.Store.
-func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
+func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (r tollgate.Result, err error) {
 	// The clock first: reading it waits for every load before it to
 	// complete, and the decision's loads that miss the CPU's caches (the
 	// key, its entry) come after it, so they are not made to wait twice.
 	now := s.clock()
-	// The Result is made here, in the frame that returns it: each frame it
-	// is returned through copies its eleven words on the stack.
-	var d decision
-	if err := s.decideAt(ctx, &d, key, &limit, n, now); err != nil {
-		return tollgate.Result{Limit: limit}, err
-	}
-	return d.result(limit), nil
+	// The Result is filled in place, field by field, in the frame that
+	// returns it: each copy of its eleven words is a score of
+	// instructions.
+	r.Limit = limit
+	err = s.decideAt(ctx, &r, key, &limit, n, now)
+	return r, err
 }
 
 // ReserveN implements tollgate.Settler: AllowN's decision, and the store's
 // clock it was made at.
 func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
 	now := s.clock()
-	var d decision
-	if err := s.decideAt(ctx, &d, key, &limit, n, now); err != nil {
-		return tollgate.Result{Limit: limit}, now, err
-	}
-	return d.result(limit), now, nil
+	r := tollgate.Result{Limit: limit}
+	err := s.decideAt(ctx, &r, key, &limit, n, now)
+	return r, now, err
 }
 
-// decideAt makes AllowN's decision at now into d.
-func (s *Store) decideAt(ctx context.Context, d *decision, key string, limit *tollgate.Limit, n int, now int64) error {
+// decideAt makes AllowN's decision at now into r, which holds the limit.
+func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, limit *tollgate.Limit, n int, now int64) error {
 	// A valid request under a remembered limit, the common case, is
 	// checked in line; anything else by check, with its Params in spare.
 	p := s.known(limit)
@@ -382,9 +379,11 @@ func (s *Store) decideAt(ctx context.Context, d *decision, key string, limit *to
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
 
+	var d decision
 	sh.mu.Lock()
-	s.decide(d, sh, h, kind, key, p, now, int64(n))
+	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
+	d.fill(r)
 	return nil
 }
 
@@ -398,6 +397,15 @@ func (s *Store) usable(ctx context.Context, now int64) error {
 		return fmt.Errorf("memorystore: clock reads %v, outside what the store can count exactly (1970 to 2250)", time.UnixMicro(now).UTC())
 	}
 	return nil
+}
+
+// fill writes d into r.
+func (d *decision) fill(r *tollgate.Result) {
+	r.Allowed = d.allowed
+	r.Remaining = int(d.remaining)
+	r.RetryAfter = time.Duration(d.retry) * time.Microsecond
+	r.ResetAfter = time.Duration(d.reset) * time.Microsecond
+	r.Delay = time.Duration(d.delay) * time.Microsecond
 }
 
 // result is d as a Result under limit.
