@@ -125,8 +125,10 @@ var _ tollgate.Settler = (*Store)(nil)
 // shifts the entries after it back, so there are no tombstones and a look-up
 // stops at the first empty slot.
 
-// entry is one key's state: its slot in the table. hash 0 marks an empty
-// slot (a key whose hash is 0 is stored under 1).
+// entry is one key's state: its slot in the table. kind 0 marks an empty
+// slot: a key's kind is never 0, its period being at least 1 µs. (A mark
+// in the hash would need a hash of 0 moved to another, an instruction too
+// many for locate to be inlined.)
 type entry struct {
 	hash uint64
 	kind uint64 // the period in µs << 3 | the algorithm
@@ -169,7 +171,7 @@ func (sh *shard) find(h, kind uint64, key string) int {
 		if e.hash == h && e.kind == kind && e.key == key {
 			return int(i)
 		}
-		if e.hash == 0 {
+		if e.kind == 0 {
 			return -1
 		}
 	}
@@ -180,7 +182,7 @@ func (sh *shard) find(h, kind uint64, key string) int {
 func (sh *shard) place(h, kind uint64, key string) int {
 	mask := uint64(len(sh.tab) - 1)
 	i := h & mask
-	for sh.tab[i].hash != 0 {
+	for sh.tab[i].kind != 0 {
 		i = (i + 1) & mask
 	}
 	sh.tab[i] = entry{hash: h, kind: kind, key: key}
@@ -194,9 +196,9 @@ func (sh *shard) grow() {
 	sh.tab = make([]entry, max(8, 2*len(old)))
 	mask := uint64(len(sh.tab) - 1)
 	for k := range old {
-		if e := &old[k]; e.hash != 0 {
+		if e := &old[k]; e.kind != 0 {
 			i := e.hash & mask
-			for sh.tab[i].hash != 0 {
+			for sh.tab[i].kind != 0 {
 				i = (i + 1) & mask
 			}
 			sh.tab[i] = *e
@@ -222,7 +224,7 @@ func (sh *shard) remove(i int) {
 		j := i
 		for {
 			j = (j + 1) & mask
-			if sh.tab[j].hash == 0 {
+			if sh.tab[j].kind == 0 {
 				sh.tab[i] = entry{}
 				return
 			}
@@ -258,9 +260,6 @@ func (sh *shard) log(e *entry) *ring {
 // locate returns the hash of (key, kind) and the shard that holds it.
 func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
 	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
-	if h == 0 {
-		h = 1
-	}
 	return h, &s.shards[h>>s.shift]
 }
 
@@ -547,7 +546,7 @@ func (s *Store) reclaim(sh *shard, h uint64, now int64) {
 	// found again to be removed.
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; k < samples && k < sh.n; i = (i + 1) & mask {
-		if e := &sh.tab[i]; e.hash != 0 {
+		if e := &sh.tab[i]; e.kind != 0 {
 			got[k] = sample{e.hash, e.kind, e.key, e.expires}
 			k++
 		}
