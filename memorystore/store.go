@@ -483,16 +483,26 @@ func (s *Store) decide(d *decision, sh *shard, h, kind uint64, key string, p *to
 		i = s.insert(sh, h, kind, key, now)
 	}
 	e := &sh.tab[i]
-	var log *ring
-	if p.Algorithm == tollgate.SlidingWindowLog {
-		log = sh.log(e)
-	}
 	// An expired state decides as a fresh one, as in Redis, which has
 	// deleted it by then: the same once the limit changed, too (a token
 	// bucket full under a lower burst is not full under a higher one). A
 	// new entry's expires is 0: it is fresh.
 	live := e.expires > now
-	decideOn(d, &e.state, log, !live, p, now, n)
+	// decideOn's switch, in line: one frame less on every decision.
+	switch p.Algorithm {
+	case tollgate.GCRA:
+		gcra(d, &e.state, !live, p, now, n)
+	case tollgate.FixedWindow:
+		fixedWindow(d, &e.state, !live, p, now, n)
+	case tollgate.SlidingWindowLog:
+		slidingWindowLog(d, sh.log(e), !live, p, now, n)
+	case tollgate.SlidingWindowCounter:
+		slidingWindowCounter(d, &e.state, !live, p, now, n)
+	case tollgate.LeakyBucket:
+		leakyBucket(d, &e.state, !live, p, now, n)
+	default:
+		tokenBucket(d, &e.state, !live, p, now, n)
+	}
 	switch {
 	case d.write || live && d.reset > 0:
 		// Kept until it is full under the limit of the last call that saw
