@@ -18,6 +18,16 @@ import (
 type Limiter struct {
 	store   Store
 	timeout time.Duration
+	// door is what a decision is asked of: the store, or under WithTimeout
+	// the store within its deadline. It is chosen once, in New, so that
+	// Allow makes a single call and is inlined into its caller: a frame
+	// between the caller and the store copied the Result twice.
+	door allower
+}
+
+// allower is the part of a Store that decides.
+type allower interface {
+	AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error)
 }
 
 // Option configures a Limiter.
@@ -37,12 +47,16 @@ func New(store Store, opts ...Option) *Limiter {
 	for _, o := range opts {
 		o(l)
 	}
+	l.door = store
+	if l.timeout > 0 {
+		l.door = within{l}
+	}
 	return l
 }
 
 // Allow is AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.AllowN(ctx, key, limit, 1)
+	return l.door.AllowN(ctx, key, limit, 1)
 }
 
 // AllowN decides whether key may spend n (at least 1) under limit now, and
@@ -52,20 +66,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // failed. For a shaping LeakyBucket an admitted request may carry a Delay
 // that the caller should wait before acting.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	if n < 1 || l.timeout > 0 {
-		return l.allowSlow(ctx, key, limit, n)
-	}
-	// The common case calls the store directly: one frame less between the
-	// caller and the decision.
-	return l.store.AllowN(ctx, key, limit, n)
-}
-
-// allowSlow is AllowN for an invalid cost or under WithTimeout.
-func (l *Limiter) allowSlow(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	if n < 1 {
 		return Result{Limit: limit}, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidCost, n)
 	}
-	return l.decide(ctx, key, limit, n)
+	return l.door.AllowN(ctx, key, limit, n)
+}
+
+// within is a Limiter's store under its WithTimeout deadline.
+type within struct{ l *Limiter }
+
+func (w within) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	return w.l.decideWithin(ctx, key, limit, n)
 }
 
 // Peek reports key's state under limit without spending anything: Remaining
@@ -75,10 +86,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 }
 
 func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	if l.timeout > 0 {
-		return l.decideWithin(ctx, key, limit, n)
-	}
-	return l.store.AllowN(ctx, key, limit, n)
+	return l.door.AllowN(ctx, key, limit, n)
 }
 
 // decideWithin is decide under WithTimeout's deadline.

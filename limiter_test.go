@@ -143,6 +143,41 @@ func TestWithTimeout(t *testing.T) {
 	}
 }
 
+// TestEveryDoorKeepsItsRules: each way into a Limiter bounds the store
+// call by WithTimeout and refuses a cost below 1 before the store sees it,
+// with a timeout or without.
+func TestEveryDoorKeepsItsRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	limit := tollgate.PerSecond(10)
+	slow := tollgate.New(slowStore{delay: time.Minute}, tollgate.WithTimeout(20*time.Millisecond))
+	refusing := tollgate.New(slowStore{delay: time.Minute})
+	cases := []struct {
+		name string
+		call func() (tollgate.Result, error)
+		want error
+	}{
+		{"Allow under a timeout", func() (tollgate.Result, error) { return slow.Allow(ctx, "k", limit) }, context.DeadlineExceeded},
+		{"AllowN under a timeout", func() (tollgate.Result, error) { return slow.AllowN(ctx, "k", limit, 2) }, context.DeadlineExceeded},
+		{"Peek under a timeout", func() (tollgate.Result, error) { return slow.Peek(ctx, "k", limit) }, context.DeadlineExceeded},
+		{"AllowN(0) under a timeout", func() (tollgate.Result, error) { return slow.AllowN(ctx, "k", limit, 0) }, tollgate.ErrInvalidCost},
+		{"AllowN(0)", func() (tollgate.Result, error) { return refusing.AllowN(ctx, "k", limit, 0) }, tollgate.ErrInvalidCost},
+		{"AllowN(-1)", func() (tollgate.Result, error) { return refusing.AllowN(ctx, "k", limit, -1) }, tollgate.ErrInvalidCost},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := tc.call()
+			if !errors.Is(err, tc.want) {
+				t.Errorf("err = %v, want %v", err, tc.want)
+			}
+			if got, want := res, (tollgate.Result{Limit: limit}); got != want {
+				t.Errorf("Result = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
 // callerKey carries a caller's number in its context, for slotRecorder.
 type callerKey struct{}
 

@@ -60,27 +60,48 @@ type checked struct {
 	p     tollgate.Params
 }
 
-// check validates a request as tollgate.CheckRequest does and returns the
-// limit's Params: remembered ones, or else in *spare.
-func (s *Store) check(key string, limit tollgate.Limit, n int, spare *tollgate.Params) (*tollgate.Params, error) {
+// slots returns the two slots of limits that limit may take.
+func (s *Store) slots(limit *tollgate.Limit) (one, two *atomic.Pointer[checked]) {
 	h := uint64(limit.Rate)*0x9e3779b97f4a7c15 ^ uint64(limit.Period)*0xc2b2ae3d27d4eb4f ^
 		uint64(limit.Burst)*0x165667b19e3779f9 ^ uint64(limit.MaxDelay) ^ uint64(limit.Algorithm)
 	h ^= h >> 29
 	const mask = uint64(len(s.limits) - 1)
-	one, two := &s.limits[h&mask], &s.limits[h>>58&mask]
-	valid := len(key) > 0 && len(key) <= tollgate.MaxKeyLen && n >= 0
-	if c := one.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
-		return &c.p, nil
+	return &s.limits[h&mask], &s.limits[h>>58&mask]
+}
+
+// known returns the remembered Params of limit, or nil. It compares the
+// fields one by one, in line: comparing the structs calls a function.
+func (s *Store) known(limit *tollgate.Limit) *tollgate.Params {
+	one, two := s.slots(limit)
+	if c := one.Load(); c != nil && c.holds(limit) {
+		return &c.p
 	}
-	if c := two.Load(); c != nil && c.limit == limit && valid && int64(n) <= c.p.Capacity {
-		return &c.p, nil
+	if c := two.Load(); c != nil && c.holds(limit) {
+		return &c.p
 	}
+	return nil
+}
+
+// holds reports whether c is limit's.
+func (c *checked) holds(limit *tollgate.Limit) bool {
+	return c.limit.Rate == limit.Rate && c.limit.Period == limit.Period && c.limit.Burst == limit.Burst &&
+		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm
+}
+
+// check validates a request as tollgate.CheckRequest does and returns the
+// limit's Params: remembered ones, or else in *spare. (A valid request
+// under a remembered limit is answered in line, by known.)
+func (s *Store) check(key string, limit *tollgate.Limit, n int, spare *tollgate.Params) (*tollgate.Params, error) {
 	var err error
-	if *spare, err = tollgate.CheckRequest(key, limit, n); err != nil {
+	if *spare, err = tollgate.CheckRequest(key, *limit, n); err != nil {
 		return nil, err
 	}
+	if p := s.known(limit); p != nil {
+		return p, nil
+	}
+	one, two := s.slots(limit)
 	if one.Load() == nil || two.Load() == nil {
-		c := &checked{limit: limit, p: *spare}
+		c := &checked{limit: *limit, p: *spare}
 		if one.CompareAndSwap(nil, c) || two.CompareAndSwap(nil, c) {
 			return &c.p, nil
 		}
@@ -104,8 +125,10 @@ var _ tollgate.Settler = (*Store)(nil)
 // shifts the entries after it back, so there are no tombstones and a look-up
 // stops at the first empty slot.
 
-// entry is one key's state: its slot in the table. hash 0 marks an empty
-// slot (a key whose hash is 0 is stored under 1).
+// entry is one key's state: its slot in the table. kind 0 marks an empty
+// slot: a key's kind is never 0, its period being at least 1 µs. (A mark
+// in the hash would need a hash of 0 moved to another, an instruction too
+// many for locate to be inlined.)
 type entry struct {
 	hash uint64
 	kind uint64 // the period in µs << 3 | the algorithm
@@ -148,7 +171,7 @@ func (sh *shard) find(h, kind uint64, key string) int {
 		if e.hash == h && e.kind == kind && e.key == key {
 			return int(i)
 		}
-		if e.hash == 0 {
+		if e.kind == 0 {
 			return -1
 		}
 	}
@@ -159,7 +182,7 @@ func (sh *shard) find(h, kind uint64, key string) int {
 func (sh *shard) place(h, kind uint64, key string) int {
 	mask := uint64(len(sh.tab) - 1)
 	i := h & mask
-	for sh.tab[i].hash != 0 {
+	for sh.tab[i].kind != 0 {
 		i = (i + 1) & mask
 	}
 	sh.tab[i] = entry{hash: h, kind: kind, key: key}
@@ -173,9 +196,9 @@ func (sh *shard) grow() {
 	sh.tab = make([]entry, max(8, 2*len(old)))
 	mask := uint64(len(sh.tab) - 1)
 	for k := range old {
-		if e := &old[k]; e.hash != 0 {
+		if e := &old[k]; e.kind != 0 {
 			i := e.hash & mask
-			for sh.tab[i].hash != 0 {
+			for sh.tab[i].kind != 0 {
 				i = (i + 1) & mask
 			}
 			sh.tab[i] = *e
@@ -201,7 +224,7 @@ func (sh *shard) remove(i int) {
 		j := i
 		for {
 			j = (j + 1) & mask
-			if sh.tab[j].hash == 0 {
+			if sh.tab[j].kind == 0 {
 				sh.tab[i] = entry{}
 				return
 			}
@@ -237,9 +260,6 @@ func (sh *shard) log(e *entry) *ring {
 // locate returns the hash of (key, kind) and the shard that holds it.
 func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
 	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
-	if h == 0 {
-		h = 1
-	}
 	return h, &s.shards[h>>s.shift]
 }
 
@@ -316,30 +336,44 @@ func (s *Store) clock() int64 {
 }
 
 // AllowN implements tollgate.Store.
-func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, error) {
-	r, _, err := s.allowN(ctx, key, limit, n)
+func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (r tollgate.Result, err error) {
+	// The clock first: reading it waits for every load before it to
+	// complete, and the decision's loads that miss the CPU's caches (the
+	// key, its entry) come after it, so they are not made to wait twice.
+	now := s.clock()
+	// The Result is filled in place, field by field, in the frame that
+	// returns it: each copy of its eleven words is a score of
+	// instructions.
+	r.Limit = limit
+	err = s.decideAt(ctx, &r, key, &limit, n, now)
 	return r, err
 }
 
 // ReserveN implements tollgate.Settler: AllowN's decision, and the store's
 // clock it was made at.
 func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
-	return s.allowN(ctx, key, limit, n)
+	now := s.clock()
+	r := tollgate.Result{Limit: limit}
+	err := s.decideAt(ctx, &r, key, &limit, n, now)
+	return r, now, err
 }
 
-// allowN decides as AllowN does and returns the clock it decided at.
-func (s *Store) allowN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
-	// The clock first: reading it waits for every load before it to
-	// complete, and the decision's loads that miss the CPU's caches (the
-	// key, its entry) come after it, so they are not made to wait twice.
-	now := s.clock()
-	var spare tollgate.Params
-	p, err := s.check(key, limit, n, &spare)
-	if err != nil {
-		return tollgate.Result{Limit: limit}, now, fmt.Errorf("memorystore: %w", err)
+// decideAt makes AllowN's decision at now into r, which holds the limit.
+func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, limit *tollgate.Limit, n int, now int64) error {
+	// A valid request under a remembered limit, the common case, is
+	// checked in line; anything else by check, with its Params in spare.
+	p := s.known(limit)
+	if p == nil || len(key) == 0 || len(key) > tollgate.MaxKeyLen || n < 0 || int64(n) > p.Capacity {
+		var (
+			spare tollgate.Params
+			err   error
+		)
+		if p, err = s.check(key, limit, n, &spare); err != nil {
+			return fmt.Errorf("memorystore: %w", err)
+		}
 	}
-	if err := s.usable(ctx, now); err != nil {
-		return tollgate.Result{Limit: limit}, now, err
+	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
+		return s.usable(ctx, now)
 	}
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
@@ -348,7 +382,8 @@ func (s *Store) allowN(ctx context.Context, key string, limit tollgate.Limit, n 
 	sh.mu.Lock()
 	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
-	return d.result(limit), now, nil
+	d.fill(r)
+	return nil
 }
 
 // usable reports why the store cannot decide now: a canceled context, or a
@@ -361,6 +396,15 @@ func (s *Store) usable(ctx context.Context, now int64) error {
 		return fmt.Errorf("memorystore: clock reads %v, outside what the store can count exactly (1970 to 2250)", time.UnixMicro(now).UTC())
 	}
 	return nil
+}
+
+// fill writes d into r.
+func (d *decision) fill(r *tollgate.Result) {
+	r.Allowed = d.allowed
+	r.Remaining = int(d.remaining)
+	r.RetryAfter = time.Duration(d.retry) * time.Microsecond
+	r.ResetAfter = time.Duration(d.reset) * time.Microsecond
+	r.Delay = time.Duration(d.delay) * time.Microsecond
 }
 
 // result is d as a Result under limit.
@@ -439,16 +483,26 @@ func (s *Store) decide(d *decision, sh *shard, h, kind uint64, key string, p *to
 		i = s.insert(sh, h, kind, key, now)
 	}
 	e := &sh.tab[i]
-	var log *ring
-	if p.Algorithm == tollgate.SlidingWindowLog {
-		log = sh.log(e)
-	}
 	// An expired state decides as a fresh one, as in Redis, which has
 	// deleted it by then: the same once the limit changed, too (a token
 	// bucket full under a lower burst is not full under a higher one). A
 	// new entry's expires is 0: it is fresh.
 	live := e.expires > now
-	decideOn(d, &e.state, log, !live, p, now, n)
+	// decideOn's switch, in line: one frame less on every decision.
+	switch p.Algorithm {
+	case tollgate.GCRA:
+		gcra(d, &e.state, !live, p, now, n)
+	case tollgate.FixedWindow:
+		fixedWindow(d, &e.state, !live, p, now, n)
+	case tollgate.SlidingWindowLog:
+		slidingWindowLog(d, sh.log(e), !live, p, now, n)
+	case tollgate.SlidingWindowCounter:
+		slidingWindowCounter(d, &e.state, !live, p, now, n)
+	case tollgate.LeakyBucket:
+		leakyBucket(d, &e.state, !live, p, now, n)
+	default:
+		tokenBucket(d, &e.state, !live, p, now, n)
+	}
 	switch {
 	case d.write || live && d.reset > 0:
 		// Kept until it is full under the limit of the last call that saw
@@ -502,7 +556,7 @@ func (s *Store) reclaim(sh *shard, h uint64, now int64) {
 	// found again to be removed.
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; k < samples && k < sh.n; i = (i + 1) & mask {
-		if e := &sh.tab[i]; e.hash != 0 {
+		if e := &sh.tab[i]; e.kind != 0 {
 			got[k] = sample{e.hash, e.kind, e.key, e.expires}
 			k++
 		}
