@@ -16,12 +16,15 @@ import (
 // depend on what else the machine runs:
 //
 //	go test -c -o /tmp/compare.test ./cmd/compare
-//	valgrind --tool=cachegrind --cache-sim=yes --LL=8388608,16,64 /tmp/compare.test \
-//	    -test.run '^$' -test.bench 'MemoryRows/^throttled' -test.benchtime 300000x -test.cpu 1
+//	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=yes --LL=8388608,16,64 \
+//	    /tmp/compare.test -test.run '^$' -test.bench 'MemoryRows/^throttled' -test.benchtime 300000x -test.cpu 1
 //
 // and once more with -test.benchtime 100000x: the difference over 200,000
 // is the cost of one decision (each run builds its row twice, for the
-// benchmark's first run of one call and for the run of N).
+// benchmark's first run of one call and for the run of N). GOGC=off keeps
+// collections from moving that difference by tens of instructions;
+// asyncpreemptoff keeps valgrind's tools from failing on Go's preemption
+// signals.
 func BenchmarkMemoryRows(b *testing.B) {
 	const nkeys = 100_000
 	ctx := context.Background()
