@@ -374,7 +374,7 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	var ran atomic.Int64
 	svc := &healthService{check: func(context.Context) error { ran.Add(1); return nil }}
 	clients := map[grpclimit.FailureMode]healthpb.HealthClient{}
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	for _, mode := range []grpclimit.FailureMode{grpclimit.FailOpen, grpclimit.FailClosed} {
 		conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
 			grpclimit.WithTimeout(time.Second), grpclimit.WithFailClosedRetryAfter(2*time.Second),
@@ -411,37 +411,13 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 		}
 	}
 	got := map[string]string{}
-	for _, r := range logs.all() {
+	for _, r := range logs.Attrs() {
 		got[r["rule"]] += r["call"] + " " + r["outcome"] + ";"
 	}
 	want := map[string]string{"export-fail_open": "acquire fail_open;", "export-fail_closed": "acquire fail_closed;"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("log records %v, want one per rule for its three failures: %v", got, want)
 	}
-}
-
-// logRecorder is a slog.Handler keeping each record's attributes.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []map[string]string
-}
-
-func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]string{}
-	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, m)
-	return nil
-}
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRecorder) all() []map[string]string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]map[string]string(nil), l.recs...)
 }
 
 func TestConcurrencyInvalidRule(t *testing.T) {
@@ -490,10 +466,10 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 	t.Parallel()
 	srv := redistest.NewServer(t)
 	st := redisstore.New(srv.Client(t))
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	calls := func() string {
 		var s []string
-		for _, r := range logs.all() {
+		for _, r := range logs.Attrs() {
 			s = append(s, r["call"])
 		}
 		return strings.Join(s, ",")

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -209,7 +210,7 @@ func TestSettle(t *testing.T) {
 					t.Run(b.name, func(t *testing.T) {
 						reg := prometheus.NewRegistry()
 						lim := mustNew(t, b.store(t, newClock()), []grpclimit.Rule{genRule(tc.settle)},
-							grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(&logRecorder{})))
+							grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(&testkit.Logs{})))
 						conn := serveGen(t, lim, nil)
 						header, tr, _ := callGen(conn, stream, tc.md)
 						if got := remainingOf(t, header, "tokens"); got != 6 {
@@ -335,7 +336,7 @@ func TestSettleStoreFails(t *testing.T) {
 			srv := redistest.NewServer(t)
 			t.Cleanup(func() { _ = srv.Resume() })
 			reg := prometheus.NewRegistry()
-			logs := &logRecorder{}
+			logs := &testkit.Logs{}
 			lim := mustNew(t, redisstore.New(srv.Client(t)), []grpclimit.Rule{genRule(&grpclimit.Settle{Trailer: "x-tokens-used"})},
 				grpclimit.WithTimeout(3*time.Second), grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(logs)))
 			conn := serveGen(t, lim, func() {
@@ -370,7 +371,7 @@ func TestSettleStoreFails(t *testing.T) {
 			if got := counterOf(t, reg, "tollgate_grpc_store_errors_total"); got != 1 {
 				t.Errorf("store_errors_total = %v, want 1", got)
 			}
-			recs := logs.all()
+			recs := logs.Attrs()
 			if len(recs) != 1 || recs[0]["outcome"] != "estimate_stands" {
 				t.Errorf("log records = %v, want one with outcome estimate_stands", recs)
 			}

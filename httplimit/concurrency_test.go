@@ -254,7 +254,7 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	srv := redistest.NewServer(t)
 	st := redisstore.New(srv.Client(t))
 	handlers := map[httplimit.FailureMode]http.Handler{}
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
 		handlers[mode] = mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
 			httplimit.WithTimeout(time.Second), httplimit.WithLogger(slog.New(logs)), httplimit.WithLogInterval(time.Hour))(okHandler)
@@ -289,7 +289,7 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 			}
 		}
 	}
-	recs := logs.all()
+	recs := logs.Attrs()
 	got := map[string]string{}
 	for _, r := range recs {
 		got[r["rule"]] = r["call"] + " " + r["outcome"]
@@ -306,10 +306,10 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 	t.Parallel()
 	srv := redistest.NewServer(t)
 	st := redisstore.New(srv.Client(t))
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	calls := func() string {
 		var s []string
-		for _, r := range logs.all() {
+		for _, r := range logs.Attrs() {
 			s = append(s, r["call"])
 		}
 		return strings.Join(s, ",")

@@ -13,15 +13,16 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
 // failureLimiter limits /open (fail-open) and /closed (fail-closed) on a
 // Redis server of the test's own, so that the test can stop it.
-func failureLimiter(t *testing.T, srv *redistest.Server, opts ...httplimit.Option) (http.Handler, *prometheus.Registry, *logRecorder) {
+func failureLimiter(t *testing.T, srv *redistest.Server, opts ...httplimit.Option) (http.Handler, *prometheus.Registry, *testkit.Logs) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	limit := []httplimit.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
 	opts = append([]httplimit.Option{
 		// Long enough for a first call on a busy machine, short enough that
@@ -91,7 +92,7 @@ func TestRedisStopped(t *testing.T) {
 		}
 	}
 	// Six failures, one log record: an outage does not flood the log.
-	recs := logs.all()
+	recs := logs.Attrs()
 	if len(recs) != 1 {
 		t.Fatalf("%d log records for 6 failures, want 1: %v", len(recs), recs)
 	}
@@ -152,7 +153,7 @@ func TestRedisPaused(t *testing.T) {
 			t.Errorf("store_errors{rule=%s} = %v, want 1", rule, got)
 		}
 	}
-	if recs := logs.all(); len(recs) != 2 {
+	if recs := logs.Attrs(); len(recs) != 2 {
 		t.Errorf("%d log records with WithLogInterval(0), want 2", len(recs))
 	} else {
 		t.Logf("logged: %s", recs[0]["error"])

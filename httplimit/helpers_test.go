@@ -1,10 +1,8 @@
 package httplimit_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -155,32 +153,4 @@ func decodeProblem(t *testing.T, resp *http.Response) httplimit.Problem {
 		t.Fatalf("problem body: %v", err)
 	}
 	return p
-}
-
-// logRecorder is a slog.Handler that keeps records.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.records = append(l.records, r.Clone())
-	l.mu.Unlock()
-	return nil
-}
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRecorder) all() []map[string]string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]string
-	for _, r := range l.records {
-		m := map[string]string{"msg": r.Message}
-		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-		out = append(out, m)
-	}
-	return out
 }

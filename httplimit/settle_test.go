@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -200,7 +201,7 @@ func TestSettleBadValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			logs := &logRecorder{}
+			logs := &testkit.Logs{}
 			lim := mustNew(t, memorystore.New(), []httplimit.Rule{tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"})},
 				httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(logs)))
 			h := lim.Handler(meteredHandler)
@@ -214,7 +215,7 @@ func TestSettleBadValues(t *testing.T) {
 			if got := testutil.ToFloat64(gaugeFrom(t, reg, "tollgate_http_bad_costs_total", map[string]string{"rule": "llm"})); got != 1 {
 				t.Errorf("bad_costs_total = %v, want 1", got)
 			}
-			recs := logs.all()
+			recs := logs.Attrs()
 			if len(recs) != 1 {
 				t.Fatalf("%d log records, want 1: %v", len(recs), recs)
 			}
@@ -238,7 +239,7 @@ func TestSettleFuncNegative(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{tokenRule(&httplimit.Settle{
 		Func: func(int, http.Header) (int, bool) { return -1, true },
-	})}, httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(&logRecorder{})))
+	})}, httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(&testkit.Logs{})))
 	if _, got := settleThenLook(t, lim, lim.Handler(meteredHandler), "/"); got != 6 {
 		t.Errorf("remaining after the settle = %d, want 6: the estimate", got)
 	}
@@ -469,7 +470,7 @@ func TestSettleStoreFails(t *testing.T) {
 			srv := redistest.NewServer(t)
 			t.Cleanup(func() { _ = srv.Resume() })
 			reg := prometheus.NewRegistry()
-			logs := &logRecorder{}
+			logs := &testkit.Logs{}
 			lim := mustNew(t, redisstore.New(srv.Client(t)), []httplimit.Rule{tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"})},
 				httplimit.WithTimeout(3*time.Second), httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(logs)))
 			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -503,7 +504,7 @@ func TestSettleStoreFails(t *testing.T) {
 			if got := testutil.ToFloat64(gaugeFrom(t, reg, "tollgate_http_store_errors_total", map[string]string{"rule": "llm"})); got != 1 {
 				t.Errorf("store_errors_total = %v, want 1", got)
 			}
-			recs := logs.all()
+			recs := logs.Attrs()
 			if len(recs) != 1 || recs[0]["outcome"] != "estimate_stands" || recs[0]["policy"] != "tokens" {
 				t.Errorf("log records = %v, want one with outcome estimate_stands", recs)
 			}

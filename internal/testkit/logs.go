@@ -37,3 +37,15 @@ func (l *Logs) WithAttrs([]slog.Attr) slog.Handler { return l }
 
 // WithGroup returns l: groups are not kept.
 func (l *Logs) WithGroup(string) slog.Handler { return l }
+
+// Attrs returns each record kept so far as a map of its attributes' keys to
+// their values, with the message under "msg", oldest first.
+func (l *Logs) Attrs() []map[string]string {
+	var out []map[string]string
+	for _, r := range l.Records() {
+		m := map[string]string{"msg": r.Message}
+		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
+		out = append(out, m)
+	}
+	return out
+}
