@@ -279,21 +279,6 @@ func TestConcurrencyPanicReleases(t *testing.T) {
 	}
 }
 
-// renewCounter is a redisstore.Store that counts its renewals.
-type renewCounter struct {
-	*redisstore.Store
-	renewals, failures atomic.Int64
-}
-
-func (s *renewCounter) Renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
-	p, err := s.Store.Renew(ctx, p, lease)
-	s.renewals.Add(1)
-	if err != nil {
-		s.failures.Add(1)
-	}
-	return p, err
-}
-
 // A stream holds its slot for its whole life: past its first lease (kept
 // by renewals) a unary call and a second stream of the same tenant are
 // denied, another tenant and a method outside the rule are not. When the
@@ -301,7 +286,7 @@ func (s *renewCounter) Renew(ctx context.Context, p tollgate.Permit, lease time.
 func TestConcurrencyStream(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second // renewals every 500 ms: late only on a machine stalled that long
-	st := &renewCounter{Store: redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))}
+	st := &testkit.RenewCounter{ConcurrencyStore: redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))}
 	conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{
 		Name: "watch", Key: byTenant, Max: 1, Lease: lease,
 		Method: "/grpc.health.v1.Health/*",
@@ -328,7 +313,7 @@ func TestConcurrencyStream(t *testing.T) {
 		t.Fatalf("first stream: %v", err)
 	}
 	start := time.Now()
-	testkit.Eventually(t, "3 renewals", func() bool { return st.renewals.Load() >= 3 })
+	testkit.Eventually(t, "3 renewals", func() bool { return st.Renewals.Load() >= 3 })
 	if elapsed := time.Since(start); elapsed < lease {
 		t.Errorf("3 renewals after %v, before the first lease ended", elapsed)
 	}
@@ -350,17 +335,17 @@ func TestConcurrencyStream(t *testing.T) {
 	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("a call without a tenant: %v, want OK", err)
 	}
-	if got := st.failures.Load(); got != 0 {
+	if got := st.Failures.Load(); got != 0 {
 		t.Errorf("%d renewals failed", got)
 	}
 	cancel()
-	testkit.Eventually(t, "the stream's permit released", func() bool { return permits(t, st.Store, "watch:acme") == 0 })
-	n := st.renewals.Load()
+	testkit.Eventually(t, "the stream's permit released", func() bool { return permits(t, st.ConcurrencyStore.(*redisstore.Store), "watch:acme") == 0 })
+	n := st.Renewals.Load()
 	if _, err := c.Check(acme, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("a call after the stream ended: %v, want OK", err)
 	}
 	time.Sleep(2 * lease) // would hold 4 renewals if they went on
-	if got := st.renewals.Load(); got != n {
+	if got := st.Renewals.Load(); got != n {
 		t.Errorf("%d renewals after the stream ended, want none", got-n)
 	}
 }

@@ -194,34 +194,19 @@ func TestConcurrencyPanicReleases(t *testing.T) {
 	}
 }
 
-// renewCounter is a redisstore.Store that counts its renewals.
-type renewCounter struct {
-	*redisstore.Store
-	renewals, failures atomic.Int64
-}
-
-func (s *renewCounter) Renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
-	p, err := s.Store.Renew(ctx, p, lease)
-	s.renewals.Add(1)
-	if err != nil {
-		s.failures.Add(1)
-	}
-	return p, err
-}
-
 // A handler that runs three half-leases keeps its slot past the end of its
 // first lease: another request is still denied. When it ends the renewals
 // stop and the slot is free.
 func TestConcurrencyLeaseRenewed(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second // renewals every 500 ms: late only on a machine stalled that long
-	st := &renewCounter{Store: redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))}
+	st := &testkit.RenewCounter{ConcurrencyStore: redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))}
 	mw := mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1, Lease: lease})
 	var second *httptest.ResponseRecorder
 	var h http.Handler
 	h = mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		testkit.Eventually(t, "3 renewals", func() bool { return st.renewals.Load() >= 3 })
+		testkit.Eventually(t, "3 renewals", func() bool { return st.Renewals.Load() >= 3 })
 		if elapsed := time.Since(start); elapsed < lease {
 			t.Errorf("3 renewals after %v, before the first lease ended", elapsed)
 		}
@@ -233,15 +218,15 @@ func TestConcurrencyLeaseRenewed(t *testing.T) {
 	if got, want := second.Code, http.StatusTooManyRequests; got != want {
 		t.Errorf("a request while the long one runs past its first lease: %d, want %d", got, want)
 	}
-	n := st.renewals.Load()
-	if got := st.failures.Load(); got != 0 {
+	n := st.Renewals.Load()
+	if got := st.Failures.Load(); got != 0 {
 		t.Errorf("%d of %d renewals failed", got, n)
 	}
-	if got, want := permits(t, st.Store, "export:acme"), int64(0); got != want {
+	if got, want := permits(t, st.ConcurrencyStore.(*redisstore.Store), "export:acme"), int64(0); got != want {
 		t.Errorf("%d permits after the request, want %d", got, want)
 	}
 	time.Sleep(2 * lease) // would hold 4 renewals if they went on
-	if got := st.renewals.Load(); got != n {
+	if got := st.Renewals.Load(); got != n {
 		t.Errorf("%d renewals after the request ended, want none", got-n)
 	}
 }
