@@ -14,11 +14,13 @@ import (
 	"github.com/tollgate/tollgate/redisstore"
 )
 
-// BenchmarkAllow: one decision per call (one EVALSHA round trip), 64
-// goroutines over 10,000 keys, Redis server time, on the package's
-// standalone redis-server.
+// BenchmarkAllow: decisions over 10,000 keys, Redis server time, on the
+// package's standalone redis-server, by a store made as New makes it
+// (pipelined) and one with pipelining off, each from one goroutine (a
+// decision alone: the same round trip either way) and from 64 (gathered
+// into pipelines, or a round trip each).
 //
-//	go test -run '^$' -bench . -benchmem ./redisstore/
+//	go test -run '^$' -bench Allow -benchmem ./redisstore/
 func BenchmarkAllow(b *testing.B) {
 	const nkeys = 10_000
 	keys := make([]string, nkeys)
@@ -27,64 +29,41 @@ func BenchmarkAllow(b *testing.B) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr(), PoolSize: 64})
 	defer rdb.Close()
-	s := redisstore.New(rdb)
 	ctx := context.Background()
-	if err := s.Load(ctx); err != nil {
-		b.Fatal(err)
-	}
-	for _, a := range tollgate.Algorithms() {
-		limit := tollgate.Limit{Algorithm: a, Rate: 1000, Period: time.Second, Burst: 1000}
-		b.Run(a.String(), func(b *testing.B) {
-			var seq atomic.Uint64
-			b.ReportAllocs()
-			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0))) // 64 goroutines
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := seq.Add(1)
-					if _, err := s.AllowN(ctx, keys[i%nkeys], limit, 1); err != nil {
-						b.Error(err)
+	for _, mode := range []struct {
+		name string
+		opts []redisstore.Option
+	}{{"default", nil}, {"unpipelined", []redisstore.Option{redisstore.WithPipeline(0, 0)}}} {
+		s := redisstore.New(rdb, mode.opts...)
+		if err := s.Load(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for _, g := range []int{1, 64} {
+			for _, a := range tollgate.Algorithms() {
+				limit := tollgate.Limit{Algorithm: a, Rate: 1000, Period: time.Second, Burst: 1000}
+				b.Run(mode.name+"/g="+strconv.Itoa(g)+"/"+a.String(), func(b *testing.B) {
+					b.ReportAllocs()
+					if g == 1 {
+						for i := range b.N {
+							if _, err := s.AllowN(ctx, keys[i%nkeys], limit, 1); err != nil {
+								b.Fatal(err)
+							}
+						}
 						return
 					}
-				}
-			})
-		})
-	}
-}
-
-// BenchmarkAllowPipelined is BenchmarkAllow with WithPipeline: the same 64
-// goroutines' decisions go to Redis in batches of up to 64.
-//
-//	go test -run '^$' -bench Pipelined -benchmem ./redisstore/
-func BenchmarkAllowPipelined(b *testing.B) {
-	const nkeys = 10_000
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = "bench:" + strconv.Itoa(i)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: server.Addr(), PoolSize: 64})
-	defer rdb.Close()
-	s := redisstore.New(rdb, redisstore.WithPipeline(time.Millisecond, 64))
-	ctx := context.Background()
-	if err := s.Load(ctx); err != nil {
-		b.Fatal(err)
-	}
-	for _, a := range tollgate.Algorithms() {
-		limit := tollgate.Limit{Algorithm: a, Rate: 1000, Period: time.Second, Burst: 1000}
-		b.Run(a.String(), func(b *testing.B) {
-			var seq atomic.Uint64
-			b.ReportAllocs()
-			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := seq.Add(1)
-					if _, err := s.AllowN(ctx, keys[i%nkeys], limit, 1); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
+					var seq atomic.Uint64
+					b.SetParallelism(max(1, g/runtime.GOMAXPROCS(0)))
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							i := seq.Add(1)
+							if _, err := s.AllowN(ctx, keys[i%nkeys], limit, 1); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				})
+			}
+		}
 	}
 }

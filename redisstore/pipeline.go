@@ -13,14 +13,19 @@ import (
 )
 
 // WithPipeline makes the store gather concurrent decisions and send them to
-// Redis together, as one pipeline, instead of one round trip each. A
-// decision made while no pipeline is in flight goes at once, alone: an idle
-// store adds no latency. Decisions made while a pipeline is in flight are
-// gathered, and the batch goes when that pipeline returns, when it reaches
-// maxBatch decisions, or when its first decision has waited window,
-// whichever comes first; so under load each round trip carries what
-// arrived during the last one, and window only bounds the wait behind a
-// slow round trip.
+// Redis together, as one pipeline, instead of one round trip each; a store
+// on a *redis.Client does so by default, as WithPipeline(time.Millisecond,
+// 64). A decision made while nothing is in flight goes at once, alone: an
+// idle store adds no latency. (When its context has a deadline and the
+// client ends a call there — go-redis's ContextTimeoutEnabled — it goes
+// from the caller's goroutine, exactly as without pipelining; otherwise from
+// a goroutine of its own, so that the caller can leave when its context
+// ends.) Decisions made
+// while a round trip is in flight are gathered,
+// and the batch goes when that round trip returns, when it reaches maxBatch
+// decisions, or when its first decision has waited window, whichever comes
+// first; so under load each round trip carries what arrived during the last
+// one, and window only bounds the wait behind a slow round trip.
 //
 // On a single server, a pipeline's decisions of one algorithm go as one
 // script call that decides them in order (see WithBatching, which can turn
@@ -40,11 +45,13 @@ import (
 // Measure with the benchmark in bench/.
 //
 // What stays as without it:
-//   - A decision's context still bounds it: a caller whose context ends
-//     returns ctx.Err() at once, even while its batch is in flight (the
+//   - A decision's context still bounds it: a gathered caller whose context
+//     ends returns ctx.Err() at once, even while its batch is in flight (the
 //     script may still run in Redis, as it may when an unpipelined call is
 //     cancelled after it was sent). The batch itself runs under the latest
-//     deadline of its callers, or none if one of them has none.
+//     deadline of its callers, or none if one of them has none. A decision
+//     sent alone from its caller's goroutine is bounded by its context's
+//     deadline, as unpipelined.
 //   - A server that has not seen a script (NOSCRIPT, e.g. after a restart or
 //     on a new Cluster master) gets the batch's missing scripts by EVAL in a
 //     second pipeline, after which they are cached; Load avoids even that.
@@ -54,11 +61,14 @@ import (
 // The store starts no goroutine of its own that outlives the decisions in
 // flight — a batch is sent from a short-lived goroutine that ends with its
 // reply — so there is nothing to close. The callers' context values (for
-// tracing hooks, say) do not reach the batch's commands.
+// tracing hooks, say) reach a decision sent alone from its caller's
+// goroutine, not a batch's commands.
 //
-// A window ≤ 0 or a maxBatch below 2 leaves pipelining off.
+// A window ≤ 0 or a maxBatch below 2 turns pipelining off: each decision is
+// then one call, from its caller's goroutine.
 func WithPipeline(window time.Duration, maxBatch int) Option {
 	return func(s *Store) {
+		s.pipeSet = true
 		if window <= 0 || maxBatch < 2 {
 			s.pipe = nil
 			return
@@ -113,6 +123,12 @@ type pipeliner struct {
 	batching bool
 	// fn is the store's: whether to call functions instead of scripts.
 	fn *atomic.Bool
+	// one is the store's call of one decision on its own (Store.run), and
+	// direct says whether a decision with a deadline made while nothing is
+	// in flight is made by one, from its caller's goroutine: when the
+	// client ends a call at its context's deadline (see deadlineBound).
+	one    func(ctx context.Context, alg tollgate.Algorithm, key string, args []any) (any, error)
+	direct bool
 
 	mu       sync.Mutex
 	cur      *batch
@@ -144,7 +160,20 @@ func (p *pipeliner) run(ctx context.Context, alg tollgate.Algorithm, key string,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	_, bounded := ctx.Deadline()
 	p.mu.Lock()
+	if p.inflight < maxInflight && p.direct && bounded {
+		// Nothing is in flight, so nothing is gathered (see done): make this
+		// decision here and now, as a store without pipelining would, under
+		// the caller's own context; then send what arrived meanwhile.
+		p.inflight++
+		p.mu.Unlock()
+		reply, err := p.one(ctx, alg, key, args)
+		if next := p.done(); next != nil {
+			go p.send(next)
+		}
+		return reply, err
+	}
 	b := p.cur
 	if b == nil {
 		b = &batch{calls: make([]call, 0, min(p.max, 64)), done: make(chan struct{})}
@@ -176,6 +205,20 @@ func (p *pipeliner) run(ctx context.Context, alg tollgate.Algorithm, key string,
 	}
 }
 
+// deadlineBound reports whether client ends a call at its context's
+// deadline (go-redis's ContextTimeoutEnabled); without it go-redis waits for
+// its read timeout, and a pipelined decision is sent from a goroutine of its
+// own so that its caller can leave at its deadline.
+func deadlineBound(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
 // take makes b, the batch being filled, the next to be sent; called with
 // mu held.
 func (p *pipeliner) take(b *batch) {
@@ -204,15 +247,21 @@ func (p *pipeliner) send(b *batch) {
 	for b != nil {
 		p.exec(b)
 		close(b.done)
-		p.mu.Lock()
-		p.inflight--
-		next := p.cur
-		if next != nil {
-			p.take(next)
-		}
-		p.mu.Unlock()
-		b = next
+		b = p.done()
 	}
+}
+
+// done ends a round trip: it takes the batch gathered meanwhile, if any, as
+// the next to send, and returns it.
+func (p *pipeliner) done() *batch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight--
+	next := p.cur
+	if next != nil {
+		p.take(next)
+	}
+	return next
 }
 
 // exec runs b's decisions as one pipeline of FCALL or EVALSHA (see

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,8 +57,8 @@ func TestPipelineConcurrent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := tc.client(t)
-			var pipelines, cmds atomic.Int64
-			rdb.AddHook(pipeHook{pipelines: &pipelines, cmds: &cmds})
+			var pipelines, cmds, alone atomic.Int64
+			rdb.AddHook(pipeHook{pipelines: &pipelines, cmds: &cmds, alone: &alone})
 			s := redisstore.New(rdb, redisstore.WithPipeline(200*time.Microsecond, 32), redisstore.WithBatching(tc.batched))
 			ctx := context.Background()
 			const goroutines, each, nkeys, burst = 48, 40, 6, 100
@@ -95,24 +96,39 @@ func TestPipelineConcurrent(t *testing.T) {
 			if got := pipelines.Load(); got == 0 || got >= decisions/2 {
 				t.Errorf("%d pipelines for %d decisions: want batches of several", got, decisions)
 			}
-			switch got := cmds.Load(); {
+			// A decision made while nothing is in flight is sent alone.
+			switch got := cmds.Load() + alone.Load(); {
 			case !tc.batched && got < decisions:
-				t.Errorf("unbatched: %d commands in pipelines for %d decisions, want one each", got, decisions)
+				t.Errorf("unbatched: %d commands (%d alone) for %d decisions, want one each", got, alone.Load(), decisions)
 			case tc.batched && got >= decisions:
-				t.Errorf("batched: %d commands in pipelines for %d decisions, want fewer", got, decisions)
-			case tc.batched && tc.name == "standalone" && got != pipelines.Load():
-				t.Errorf("batched on one server: %d commands in %d pipelines, want one each", got, pipelines.Load())
+				t.Errorf("batched: %d commands (%d alone) for %d decisions, want fewer", got, alone.Load(), decisions)
+			case tc.batched && tc.name == "standalone" && cmds.Load() != pipelines.Load():
+				t.Errorf("batched on one server: %d commands in %d pipelines, want one each", cmds.Load(), pipelines.Load())
 			}
 		})
 	}
 }
 
 // pipeHook counts the pipelines that carry script or function calls, and
-// those calls in them (a new connection's handshake is a pipeline too).
-type pipeHook struct{ pipelines, cmds *atomic.Int64 }
+// those calls in them (a new connection's handshake is a pipeline too),
+// and, if alone is set, the script or function calls sent on their own
+// (and in marked those whose context carries a ctxMark).
+type pipeHook struct{ pipelines, cmds, alone, marked *atomic.Int64 }
 
-func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+type ctxMark struct{}
+
+func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); h.alone != nil && (name == "evalsha" || name == "eval" || name == "fcall") {
+			h.alone.Add(1)
+			if h.marked != nil && ctx.Value(ctxMark{}) != nil {
+				h.marked.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
 func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var scripts int64
@@ -161,13 +177,21 @@ func TestPipelineNoScript(t *testing.T) {
 }
 
 // TestPipelineDeadline pauses Redis (SIGSTOP) while a batch is in flight:
-// every caller returns when its own context ends, although go-redis itself
-// would wait for its read timeout (ContextTimeoutEnabled is off here), and
-// once the server answers again no goroutine is left behind.
+// every caller returns when its own context ends — with
+// ContextTimeoutEnabled off, although go-redis itself would wait for its
+// read timeout; with it on, also the first, sent alone from its caller's
+// goroutine — and once the server answers again no goroutine is left
+// behind.
 func TestPipelineDeadline(t *testing.T) {
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", bound), func(t *testing.T) { testPipelineDeadline(t, bound) })
+	}
+}
+
+func testPipelineDeadline(t *testing.T, bound bool) {
 	srv := redistest.NewServer(t) // its process's goroutines are not ours
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Second, ContextTimeoutEnabled: bound})
 	defer rdb.Close()
 	s := redisstore.New(rdb, redisstore.WithPipeline(50*time.Microsecond, 8))
 	ctx := context.Background()
@@ -203,8 +227,12 @@ func TestPipelineDeadline(t *testing.T) {
 	// A caller whose context is cancelled (not timed out) leaves at once too.
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(30*time.Millisecond, cancel)
+	start := time.Now()
 	if _, err := s.AllowN(cctx, key(t), tollgate.PerSecond(10), 1); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err = %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > 30*time.Millisecond+margin {
+		t.Errorf("cancelled after 30ms: returned after %v", took)
 	}
 	wg.Wait()
 	if err := srv.Resume(); err != nil {
@@ -243,4 +271,67 @@ func TestPipelineRedisDown(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestPipelineDefault: a store New makes on a *redis.Client gathers
+// concurrent decisions into pipelines, and sends a decision with a deadline
+// made while nothing is in flight alone, as a plain call that carries its
+// caller's context; on a Cluster, or with WithPipeline(0, 0), every
+// decision is a call of its own.
+func TestPipelineDefault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		client    func(*testing.T) redis.UniversalClient
+		opts      []redisstore.Option
+		pipelined bool
+	}{
+		{"standalone", standalone, nil, true},
+		{"standalone, WithPipeline(0, 0)", standalone, []redisstore.Option{redisstore.WithPipeline(0, 0)}, false},
+		{"cluster", clustered, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.client(t)
+			var pipelines, cmds, alone, marked atomic.Int64
+			rdb.AddHook(pipeHook{pipelines: &pipelines, cmds: &cmds, alone: &alone, marked: &marked})
+			s := redisstore.New(rdb, tc.opts...)
+			limit := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1000}
+			k := key(t)
+			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), ctxMark{}, true), time.Minute)
+			defer cancel()
+			// One decision alone, with a deadline: a plain call (EVALSHA,
+			// and EVAL if the server lacks the script) under its caller's
+			// context, whatever the mode.
+			if _, err := s.AllowN(ctx, k, limit, 1); err != nil {
+				t.Fatal(err)
+			}
+			if p, a, m := pipelines.Load(), alone.Load(), marked.Load(); p != 0 || a == 0 || m != a {
+				t.Fatalf("one decision alone: %d pipelines, %d calls alone, %d of them with the caller's context; want none, some, all", p, a, m)
+			}
+			// Concurrent decisions.
+			const goroutines, each = 32, 20
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range each {
+						if _, err := s.AllowN(ctx, k, limit, 1); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			res, err := s.AllowN(ctx, k, limit, 0)
+			if got, want := res.Remaining, 1000-1-goroutines*each; err != nil || got != want {
+				t.Fatalf("remaining %d (%v), want %d", got, err, want)
+			}
+			if got := pipelines.Load() > 0; got != tc.pipelined {
+				t.Errorf("%d pipelines, %d calls alone: pipelined %v, want %v", pipelines.Load(), alone.Load(), got, tc.pipelined)
+			}
+		})
+	}
 }

@@ -83,7 +83,9 @@ func settleChild() {
 	start, _ := strconv.ParseInt(f[4], 10, 64)
 	rdb := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: settleGoroutines})
 	defer rdb.Close()
-	s := redisstore.New(rdb)
+	// Unpipelined, every call reads the server's clock on its own, and the
+	// times order the calls on a key; a batch's decisions share one reading.
+	s := redisstore.New(rdb, redisstore.WithPipeline(0, 0))
 	ctx := context.Background()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		fmt.Println("error", err)

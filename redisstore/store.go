@@ -110,9 +110,10 @@ type Store struct {
 	client redis.UniversalClient
 	prefix string
 	now    func() time.Time
-	// pipe, when WithPipeline is given, gathers concurrent decisions into
-	// pipelines; nil sends each decision on its own.
-	pipe *pipeliner
+	// pipe gathers concurrent decisions into pipelines; nil sends each
+	// decision on its own. pipeSet says WithPipeline chose (else New does).
+	pipe    *pipeliner
+	pipeSet bool
 	// noBatch, set by WithBatching(false), keeps each pipelined decision
 	// its own script call.
 	noBatch bool
@@ -145,14 +146,28 @@ func WithClock(now func() time.Time) Option {
 
 // New returns a Store on client: a *redis.Client, a Sentinel failover
 // client, or a *redis.ClusterClient.
+//
+// On a *redis.Client (one server, or Sentinel failover) the store
+// pipelines concurrent decisions as WithPipeline(time.Millisecond, 64)
+// does unless told otherwise: a decision made while none is in flight goes
+// at once, alone, as without pipelining, and only decisions that arrive
+// during a round trip wait for the next, gathered. On any other client
+// (a Cluster, a Ring) each decision is its own call unless WithPipeline
+// says otherwise (see operations.md, "Scale and faults", for why).
+// WithPipeline(0, 0) turns pipelining off.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{client: client, prefix: "tollgate:"}
 	for _, o := range opts {
 		o(s)
 	}
+	if _, ok := client.(*redis.Client); ok && !s.pipeSet {
+		WithPipeline(time.Millisecond, 64)(s)
+	}
 	if s.pipe != nil {
 		s.pipe.client = client
 		s.pipe.fn = &s.fn
+		s.pipe.one = s.run
+		s.pipe.direct = deadlineBound(client)
 		if _, ok := client.(*redis.Client); ok {
 			s.pipe.batching = !s.noBatch // see WithBatching
 		}

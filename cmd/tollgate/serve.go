@@ -276,11 +276,8 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	if err != nil {
 		return serveStore{}, err
 	}
-	var ropts []redisstore.Option
-	if f.pipeline > 0 {
-		ropts = append(ropts, redisstore.WithPipeline(f.pipeline, 64))
-	}
-	rs := redisstore.New(client, append(ropts, redisstore.WithPrefix(f.redisPrefix))...)
+	// --redis-pipeline 0 turns pipelining off, on every kind of client.
+	rs := redisstore.New(client, redisstore.WithPipeline(f.pipeline, 64), redisstore.WithPrefix(f.redisPrefix))
 	store := f.extra.withLocalCache(rs, log)
 	// Preload the scripts; if Redis is not there yet, the first decisions
 	// load them.

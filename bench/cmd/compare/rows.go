@@ -55,36 +55,42 @@ func storeOp(s tollgate.Store, limit tollgate.Limit) op {
 	}
 }
 
+// redisRows are the Redis rows. A tollgate store made by redisstore.New
+// with no option pipelines concurrent decisions (as WithPipeline(1ms, 64));
+// the "unpipelined" rows turn that off, one round trip a decision, as the
+// peers make them.
 func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 	var rows []row
-	plain := func(rdb *redis.Client) (*redisstore.Store, error) {
-		s := redisstore.New(rdb)
+	loaded := func(s *redisstore.Store) (*redisstore.Store, error) {
 		return s, s.Load(context.Background())
 	}
-	piped := func(rdb *redis.Client) (*redisstore.Store, error) {
-		s := redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch))
-		return s, s.Load(context.Background())
+	defaults := func(rdb *redis.Client) (*redisstore.Store, error) {
+		if pipeWindow == time.Millisecond && pipeBatch == 64 {
+			return loaded(redisstore.New(rdb))
+		}
+		return loaded(redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch)))
 	}
+	note := fmt.Sprintf("default: pipelined, WithPipeline(%v, %d)", pipeWindow, pipeBatch)
 	for _, a := range tollgate.Algorithms() {
 		rows = append(rows, row{name: "tollgate redisstore " + a.String(), build: func(rdb *redis.Client) (op, error) {
-			s, err := plain(rdb)
+			s, err := defaults(rdb)
 			return storeOp(s, tollgateLimit(a)), err
-		}})
+		}, note: note})
 	}
 	for _, a := range tollgate.Algorithms() {
-		rows = append(rows, row{name: "tollgate redisstore " + a.String() + ", pipelined", build: func(rdb *redis.Client) (op, error) {
-			s, err := piped(rdb)
+		rows = append(rows, row{name: "tollgate redisstore " + a.String() + ", unpipelined", build: func(rdb *redis.Client) (op, error) {
+			s, err := loaded(redisstore.New(rdb, redisstore.WithPipeline(0, 0)))
 			return storeOp(s, tollgateLimit(a)), err
-		}, note: fmt.Sprintf("WithPipeline(%v, %d)", pipeWindow, pipeBatch)})
+		}, note: "WithPipeline(0, 0): one round trip a decision"})
 	}
 	// Without Load the store runs scripts (EVALSHA) instead of the function
 	// library (FCALL): what the library saves, in the same run.
 	rows = append(rows, row{name: "tollgate redisstore token_bucket, scripts", build: func(rdb *redis.Client) (op, error) {
-		s := redisstore.New(rdb)
+		s := redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch))
 		return storeOp(s, tollgateLimit(tollgate.TokenBucket)), redis.NewScript(redisstore.Source(tollgate.TokenBucket)).Load(context.Background(), rdb).Err()
-	}, note: "EVALSHA: no function library"})
-	// Pipelined with every decision its own script call, as before
-	// WithPipeline batched: what batching adds, in the same run.
+	}, note: "pipelined, EVALSHA: no function library"})
+	// Pipelined with every decision its own script call: what batching
+	// adds, in the same run.
 	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
 		rows = append(rows, row{name: "tollgate redisstore " + a.String() + ", pipelined, unbatched", build: func(rdb *redis.Client) (op, error) {
 			s := redisstore.New(rdb, redisstore.WithPipeline(pipeWindow, pipeBatch), redisstore.WithBatching(false))
@@ -93,13 +99,9 @@ func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 	}
 	rows = append(rows,
 		row{name: "tollgate tiered over redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
-			s, err := plain(rdb)
+			s, err := defaults(rdb)
 			return storeOp(tiered.New(s, tiered.WithTimeout(0)), tollgateLimit(tollgate.TokenBucket)), err
 		}, note: "admitted path: the local tier adds its bookkeeping"},
-		row{name: "tollgate tiered over pipelined redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
-			s, err := piped(rdb)
-			return storeOp(tiered.New(s, tiered.WithTimeout(0)), tollgateLimit(tollgate.TokenBucket)), err
-		}},
 		row{name: "go-redis/redis_rate v10 (GCRA)", peer: "redis_rate", build: func(rdb *redis.Client) (op, error) {
 			l := redis_rate.NewLimiter(rdb)
 			limit := redis_rate.PerSecond(perSecond)
@@ -121,11 +123,11 @@ func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 		}},
 		// 99% denied: where the tiered store's denial cache pays.
 		row{name: "abusive (99% denied): tollgate redisstore token_bucket", build: func(rdb *redis.Client) (op, error) {
-			s, err := plain(rdb)
+			s, err := defaults(rdb)
 			return storeOp(s, abusive), err
 		}},
 		row{name: "abusive (99% denied): tollgate tiered over redisstore", build: func(rdb *redis.Client) (op, error) {
-			s, err := plain(rdb)
+			s, err := defaults(rdb)
 			return storeOp(tiered.New(s, tiered.WithTimeout(0)), abusive), err
 		}, note: "denials answered locally"},
 		row{name: "abusive (99% denied): go-redis/redis_rate v10", peer: "redis_rate (abusive)", build: func(rdb *redis.Client) (op, error) {
