@@ -12,10 +12,15 @@
 // bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
 // table, which is kept between a quarter and half full (128 to 256 bytes a
 // key), plus the key itself and 8 bytes per admitted request a sliding
-// window log remembers. A key whose state is back to full is equivalent to
-// a fresh one and, once the store is half full, is reclaimed as new keys
-// arrive; when every key is live and the store is full, the key nearest to
-// expiring among a few sampled is evicted (it forgets what it spent) and
+// window log remembers. On a store whose tables take 8 MiB or more, the
+// shards' tables of one size are allocated together, in one block, when
+// the first shard needs one of that size, a little before the others do:
+// until they all have moved into it, the block and their smaller tables
+// are held at once, up to about 500 bytes a key for that while. A key
+// whose state is back to full is equivalent to a fresh one and, once the
+// store is half full, is reclaimed as new keys arrive; when every key is
+// live and the store is full, the key nearest to expiring among a few
+// sampled is evicted (it forgets what it spent) and
 // counted in Stats.
 package memorystore
 
@@ -27,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/exact"
@@ -42,6 +48,12 @@ type Store struct {
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
 	perShard int
+	// blocks hands out the shards' tables: see table.
+	blocks struct {
+		mu    sync.Mutex
+		block []entry // a table of size entries for each shard, in order
+		size  int
+	}
 	// limits remembers the Params of the limits this store decides under,
 	// as tollgate.CheckRequest does, but read in place: a decision that
 	// finds its limit here neither copies the Params (88 bytes) nor makes
@@ -152,7 +164,8 @@ type shard struct {
 	logs      []ring
 	freeLogs  []int
 	evictions atomic.Uint64
-	_         [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
+	index     int      // the shard's place in the store's shards
+	_         [24]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
 
 // maxFreeBuffers bounds how many sliding window logs whose key is gone keep
@@ -191,9 +204,9 @@ func (sh *shard) place(h, kind uint64, key string) int {
 }
 
 // grow doubles sh's table (or makes its first one).
-func (sh *shard) grow() {
+func (s *Store) grow(sh *shard) {
 	old := sh.tab
-	sh.tab = make([]entry, max(8, 2*len(old)))
+	sh.tab = s.table(sh.index, max(8, 2*len(old)))
 	mask := uint64(len(sh.tab) - 1)
 	for k := range old {
 		if e := &old[k]; e.kind != 0 {
@@ -255,6 +268,40 @@ func (sh *shard) log(e *entry) *ring {
 		e.a = int64(len(sh.logs))
 	}
 	return &sh.logs[e.a-1]
+}
+
+// minBlock is the least size, in entries, of a block of tables: 8 MiB,
+// four huge pages on x86-64 and arm64.
+const minBlock = 8 << 20 / int(unsafe.Sizeof(entry{}))
+
+// table returns an empty table of size entries for shard i.
+//
+// A store of many keys spends most of a decision waiting for the key's
+// entry, a miss of the CPU's caches and, with 4 KiB pages, of its TLB as
+// well: the tables of 100,000 keys span 4,000 pages, more than the TLB
+// holds, and in a virtual machine a TLB miss walks two page tables. So
+// once the shards' tables of a size take minBlock in all, they are cut
+// from one block, which the system is asked to back with huge pages
+// (Linux: transparent huge pages, "madvise" or "always"), 2 MiB each: a
+// handful cover the block. The block is made when the first shard grows
+// to that size; a shard that grows to a smaller size than the current
+// block's, far behind the others, gets a table of its own.
+func (s *Store) table(i, size int) []entry {
+	if size*len(s.shards) < minBlock {
+		return make([]entry, size)
+	}
+	b := &s.blocks
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if size > b.size {
+		b.block = make([]entry, size*len(s.shards))
+		b.size = size
+		adviseHugePages(b.block)
+	}
+	if size < b.size {
+		return make([]entry, size)
+	}
+	return b.block[i*size : (i+1)*size : (i+1)*size]
 }
 
 // locate returns the hash of (key, kind) and the shard that holds it.
@@ -324,6 +371,9 @@ func New(opts ...Option) *Store {
 		perShard: max(1, (c.maxKeys+n-1)/n),
 	}
 	s.startUS = s.start.UnixMicro()
+	for i := range s.shards {
+		s.shards[i].index = i
+	}
 	return s
 }
 
@@ -532,7 +582,7 @@ func (s *Store) insert(sh *shard, h, kind uint64, key string, now int64) int {
 		s.reclaim(sh, h, now)
 	}
 	if 2*(sh.n+1) > len(sh.tab) {
-		sh.grow()
+		s.grow(sh)
 	}
 	return sh.place(h, kind, key)
 }

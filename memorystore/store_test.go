@@ -160,3 +160,36 @@ func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int) {
 		}
 	}
 }
+
+// TestBlockTablesKeepEveryKey: a store large enough that its shards'
+// tables are cut from blocks (see table) keeps every key's state as the
+// shards move from their own tables into a block and from one block into
+// the next, twice as large.
+func TestBlockTablesKeepEveryKey(t *testing.T) {
+	t.Parallel()
+	// Two shards: their tables come from a block from 65,536 entries
+	// each on (8 MiB), which they reach past 16,384 keys each.
+	const nkeys = 80_000
+	clock := conformance.NewClock()
+	s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(2))
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 100, Period: time.Hour, Burst: 10}
+	spent := func(i int) int { return 1 + i%3 }
+	for i := range nkeys {
+		if _, err := s.AllowN(ctx, fmt.Sprint("k", i), limit, spent(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := s.Stats().Keys, nkeys; got != want {
+		t.Fatalf("Keys = %d, want %d", got, want)
+	}
+	for i := range nkeys {
+		r, err := s.AllowN(ctx, fmt.Sprint("k", i), limit, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.Remaining, limit.Burst-spent(i); got != want {
+			t.Fatalf("k%d has %d remaining, want %d", i, got, want)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package memorystore
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestTableSizes: table hands out tables of the size asked for, each its
+// own memory: below a block's worth, separate allocations; from then on,
+// consecutive pieces of one block, and a table of its own for a shard that
+// asks for less than the current block's size.
+func TestTableSizes(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(4))
+	const shards = 4
+	block := minBlock / shards
+	tests := []struct {
+		name      string
+		shard     int
+		size      int
+		fromBlock bool
+	}{
+		{"small", 1, 8, false},
+		{"below a block", 2, block / 2, false},
+		{"first of a block", 0, block, true},
+		{"last of it", 3, block, true},
+		{"behind the block", 1, block / 2, false},
+		{"next block", 2, 2 * block, true},
+		{"behind it, at the old block's size", 0, block, false},
+	}
+	for _, tc := range tests {
+		tab := s.table(tc.shard, tc.size)
+		if got, want := len(tab), tc.size; got != want {
+			t.Fatalf("%s: len = %d, want %d", tc.name, got, want)
+		}
+		if got, want := cap(tab), tc.size; got != want {
+			t.Fatalf("%s: cap = %d, want %d", tc.name, got, want)
+		}
+		for i := range tab {
+			if tab[i] != (entry{}) {
+				t.Fatalf("%s: entry %d is not empty", tc.name, i)
+			}
+		}
+		b := s.blocks.block
+		in := false
+		if len(b) > 0 {
+			start, at := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&tab[0]))
+			in = at >= start && at < start+uintptr(len(b))*unsafe.Sizeof(entry{})
+		}
+		if got, want := in, tc.fromBlock; got != want {
+			t.Fatalf("%s: from the block = %v, want %v", tc.name, got, want)
+		}
+		if tc.fromBlock {
+			if got, want := &tab[0], &b[tc.shard*tc.size]; got != want {
+				t.Fatalf("%s: table at %p, want the shard's place in the block, %p", tc.name, got, want)
+			}
+		}
+		tab[0].kind = 1 // taken, as a key would
+	}
+}
