@@ -164,8 +164,13 @@ type shard struct {
 	logs      []ring
 	freeLogs  []int
 	evictions atomic.Uint64
-	index     int      // the shard's place in the store's shards
-	_         [24]byte // 128 bytes: neighbouring shards' locks on lines of their own
+	index     int // the shard's place in the store's shards
+	// where is tab's address with log2(len(tab)) in its top 6 bits (Go's
+	// heap addresses have 48 bits), read without the lock to prefetch a
+	// key's entry: a stale or wrong value costs a useless prefetch,
+	// nothing more.
+	where atomic.Uint64
+	_     [16]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
 
 // maxFreeBuffers bounds how many sliding window logs whose key is gone keep
@@ -207,6 +212,7 @@ func (sh *shard) place(h, kind uint64, key string) int {
 func (s *Store) grow(sh *shard) {
 	old := sh.tab
 	sh.tab = s.table(sh.index, max(8, 2*len(old)))
+	sh.where.Store(uint64(uintptr(unsafe.Pointer(&sh.tab[0]))) | uint64(bits.TrailingZeros(uint(len(sh.tab))))<<whereShift)
 	mask := uint64(len(sh.tab) - 1)
 	for k := range old {
 		if e := &old[k]; e.kind != 0 {
@@ -304,6 +310,19 @@ func (s *Store) table(i, size int) []entry {
 	return b.block[i*size : (i+1)*size : (i+1)*size]
 }
 
+// prefetch starts bringing the entry at hash h's home slot into the CPU's
+// caches, without the lock: the entry is read under the lock, and by then
+// it is on its way.
+func (sh *shard) prefetch(h uint64) {
+	if w := sh.where.Load(); w != 0 {
+		mask := uint64(1)<<(w>>whereShift) - 1
+		prefetch(uintptr(w&(1<<whereShift-1) + h&mask*uint64(unsafe.Sizeof(entry{}))))
+	}
+}
+
+// whereShift places a table's log2 size in a shard's where.
+const whereShift = 58
+
 // locate returns the hash of (key, kind) and the shard that holds it.
 func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
 	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
@@ -387,29 +406,25 @@ func (s *Store) clock() int64 {
 
 // AllowN implements tollgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (r tollgate.Result, err error) {
-	// The clock first: reading it waits for every load before it to
-	// complete, and the decision's loads that miss the CPU's caches (the
-	// key, its entry) come after it, so they are not made to wait twice.
-	now := s.clock()
 	// The Result is filled in place, field by field, in the frame that
 	// returns it: each copy of its eleven words is a score of
 	// instructions.
 	r.Limit = limit
-	err = s.decideAt(ctx, &r, key, &limit, n, now)
+	_, err = s.decideAt(ctx, &r, key, &limit, n)
 	return r, err
 }
 
 // ReserveN implements tollgate.Settler: AllowN's decision, and the store's
 // clock it was made at.
 func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
-	now := s.clock()
 	r := tollgate.Result{Limit: limit}
-	err := s.decideAt(ctx, &r, key, &limit, n, now)
+	now, err := s.decideAt(ctx, &r, key, &limit, n)
 	return r, now, err
 }
 
-// decideAt makes AllowN's decision at now into r, which holds the limit.
-func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, limit *tollgate.Limit, n int, now int64) error {
+// decideAt makes AllowN's decision into r, which holds the limit, and
+// returns the store's clock it was made at.
+func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, limit *tollgate.Limit, n int) (int64, error) {
 	// A valid request under a remembered limit, the common case, is
 	// checked in line; anything else by check, with its Params in spare.
 	p := s.known(limit)
@@ -419,21 +434,27 @@ func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, li
 			err   error
 		)
 		if p, err = s.check(key, limit, n, &spare); err != nil {
-			return fmt.Errorf("memorystore: %w", err)
+			return s.clock(), fmt.Errorf("memorystore: %w", err)
 		}
-	}
-	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
-		return s.usable(ctx, now)
 	}
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
+	// On a store of many keys the key's entry is seldom in the CPU's
+	// caches: its fetch starts here and runs while the clock is read and
+	// the shard locked, which would otherwise each wait for the one
+	// before.
+	sh.prefetch(h)
+	now := s.clock()
+	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
+		return now, s.usable(ctx, now)
+	}
 
 	var d decision
 	sh.mu.Lock()
 	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
 	d.fill(r)
-	return nil
+	return now, nil
 }
 
 // usable reports why the store cannot decide now: a canceled context, or a

@@ -58,3 +58,34 @@ func TestTableSizes(t *testing.T) {
 		tab[0].kind = 1 // taken, as a key would
 	}
 }
+
+// TestPrefetchNeverFaults: a prefetch is a hint, whatever the address, so
+// a shard's stale or torn table address can cost nothing but time.
+func TestPrefetchNeverFaults(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []uintptr{0, 1, 4096, ^uintptr(0) >> 1, ^uintptr(0) - 63} {
+		prefetch(addr)
+	}
+	var sh shard
+	sh.prefetch(12345) // no table yet
+	sh.where.Store(^uint64(0))
+	sh.prefetch(^uint64(0))
+}
+
+// TestWhereLocatesTheTable: a shard's where names its table's first entry
+// and its size, through growth from tables of its own into blocks.
+func TestWhereLocatesTheTable(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(1))
+	sh := &s.shards[0]
+	for range 18 { // from 8 entries to 2^20, blocks from 2^17 on
+		s.grow(sh)
+		w := sh.where.Load()
+		if got, want := w&(1<<whereShift-1), uint64(uintptr(unsafe.Pointer(&sh.tab[0]))); got != want {
+			t.Fatalf("%d entries: where's address = %#x, want %#x", len(sh.tab), got, want)
+		}
+		if got, want := 1<<(w>>whereShift), len(sh.tab); got != want {
+			t.Fatalf("where's size = %d, want %d", got, want)
+		}
+	}
+}
