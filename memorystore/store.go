@@ -13,15 +13,15 @@
 // table, which is kept between a quarter and half full (128 to 256 bytes a
 // key), plus the key itself and 8 bytes per admitted request a sliding
 // window log remembers. On a store whose tables take 8 MiB or more, the
-// shards' tables of one size are allocated together, in one block, when
-// the first shard needs one of that size, a little before the others do:
-// until they all have moved into it, the block and their smaller tables
-// are held at once, up to about 500 bytes a key for that while. A key
-// whose state is back to full is equivalent to a fresh one and, once the
-// store is half full, is reclaimed as new keys arrive; when every key is
-// live and the store is full, the key nearest to expiring among a few
-// sampled is evicted (it forgets what it spent) and
-// counted in Stats.
+// shards' tables of one size are allocated together, in one block, when the
+// first shard needs one of that size, a little before the others do: until
+// they all have moved into it, the block and their smaller tables are held
+// at once: with the default 256 shards, up to about 500 bytes a key at the
+// worst moment. A key whose state is back to full is equivalent to a fresh
+// one and, once the store is half full, is reclaimed as new keys arrive;
+// when every key is live and the store is full, the key nearest to expiring
+// among a few sampled is evicted (it forgets what it spent) and counted in
+// Stats.
 package memorystore
 
 import (
@@ -277,23 +277,30 @@ func (sh *shard) log(e *entry) *ring {
 }
 
 // minBlock is the least size, in entries, of a block of tables: 8 MiB,
-// four huge pages on x86-64 and arm64.
-const minBlock = 8 << 20 / int(unsafe.Sizeof(entry{}))
+// four huge pages on x86-64 and arm64. minBlockTable is the least size of
+// a table cut from a block: a shard's first keys, before it holds 65, are
+// not worth a block (with many shards, many megabytes) for the whole
+// store.
+const (
+	minBlock      = 8 << 20 / int(unsafe.Sizeof(entry{}))
+	minBlockTable = 256
+)
 
 // table returns an empty table of size entries for shard i.
 //
 // A store of many keys spends most of a decision waiting for the key's
 // entry, a miss of the CPU's caches and, with 4 KiB pages, of its TLB as
 // well: the tables of 100,000 keys span 4,000 pages, more than the TLB
-// holds, and in a virtual machine a TLB miss walks two page tables. So
-// once the shards' tables of a size take minBlock in all, they are cut
-// from one block, which the system is asked to back with huge pages
-// (Linux: transparent huge pages, "madvise" or "always"), 2 MiB each: a
-// handful cover the block. The block is made when the first shard grows
-// to that size; a shard that grows to a smaller size than the current
-// block's, far behind the others, gets a table of its own.
+// holds, and in a virtual machine a TLB miss walks two page tables. So once
+// the shards' tables of a size take minBlock in all (and are at least
+// minBlockTable entries each), they are cut from one block, which the
+// system is asked to back with huge pages (Linux: transparent huge pages,
+// "madvise" or "always"), 2 MiB each: a handful cover the block. The block
+// is made when the first shard grows to that size; a shard that grows to a
+// smaller size than the current block's, far behind the others, gets a
+// table of its own.
 func (s *Store) table(i, size int) []entry {
-	if size*len(s.shards) < minBlock {
+	if size < minBlockTable || size*len(s.shards) < minBlock {
 		return make([]entry, size)
 	}
 	b := &s.blocks

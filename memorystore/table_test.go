@@ -89,3 +89,22 @@ func TestWhereLocatesTheTable(t *testing.T) {
 		}
 	}
 }
+
+// TestNoBlockForAFewKeys: a store of many shards does not make a block of
+// many megabytes for its first keys: a table below minBlockTable entries
+// is the shard's own, whatever the tables of all shards would take.
+func TestNoBlockForAFewKeys(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(1 << 15))
+	for _, size := range []int{8, 16, minBlockTable / 2} {
+		if size*len(s.shards) < minBlock {
+			t.Fatalf("%d entries for %d shards take less than a block: the case is not tested", size, len(s.shards))
+		}
+		if got, want := len(s.table(0, size)), size; got != want {
+			t.Fatalf("len = %d, want %d", got, want)
+		}
+		if got, want := len(s.blocks.block), 0; got != want {
+			t.Fatalf("%d entries: a block of %d entries was made, want none", size, got)
+		}
+	}
+}
