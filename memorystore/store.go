@@ -13,11 +13,11 @@
 // table, which is kept between a quarter and half full (128 to 256 bytes a
 // key), plus the key itself and 8 bytes per admitted request a sliding
 // window log remembers. On a store whose tables take 8 MiB or more, the
-// shards' tables of one size are allocated together, in one block, when the
-// first shard needs one of that size, a little before the others do: until
-// they all have moved into it, the block and their smaller tables are held
-// at once: with the default 256 shards, up to about 500 bytes a key at the
-// worst moment. A key whose state is back to full is equivalent to a fresh
+// shards' tables of one size are allocated together, in one block, once
+// half the shards need one of that size, and every shard then moves into
+// it, the other half a little early: the tables take about 256 bytes a key
+// then, and the smaller tables they leave are garbage for the next
+// collection. A key whose state is back to full is equivalent to a fresh
 // one and, once the store is half full, is reclaimed as new keys arrive;
 // when every key is live and the store is full, the key nearest to expiring
 // among a few sampled is evicted (it forgets what it spent) and counted in
@@ -53,6 +53,10 @@ type Store struct {
 		mu    sync.Mutex
 		block []entry // a table of size entries for each shard, in order
 		size  int
+		asked map[int]int // shards that asked for a table of a size above size
+		// moving is set when a new block awaits the shards that have not
+		// asked for it yet: see move.
+		moving atomic.Bool
 	}
 	// limits remembers the Params of the limits this store decides under,
 	// as tollgate.CheckRequest does, but read in place: a decision that
@@ -210,17 +214,23 @@ func (sh *shard) place(h, kind uint64, key string) int {
 
 // grow doubles sh's table (or makes its first one).
 func (s *Store) grow(sh *shard) {
+	sh.moveTo(s.table(sh.index, max(8, 2*len(sh.tab))))
+}
+
+// moveTo moves sh's (locked) entries into tab, empty and at least as
+// large as its table, which it then is.
+func (sh *shard) moveTo(tab []entry) {
 	old := sh.tab
-	sh.tab = s.table(sh.index, max(8, 2*len(old)))
-	sh.where.Store(uint64(uintptr(unsafe.Pointer(&sh.tab[0]))) | uint64(bits.TrailingZeros(uint(len(sh.tab))))<<whereShift)
-	mask := uint64(len(sh.tab) - 1)
+	sh.tab = tab
+	sh.where.Store(uint64(uintptr(unsafe.Pointer(&tab[0]))) | uint64(bits.TrailingZeros(uint(len(tab))))<<whereShift)
+	mask := uint64(len(tab) - 1)
 	for k := range old {
 		if e := &old[k]; e.kind != 0 {
 			i := e.hash & mask
-			for sh.tab[i].kind != 0 {
+			for tab[i].kind != 0 {
 				i = (i + 1) & mask
 			}
-			sh.tab[i] = *e
+			tab[i] = *e
 		}
 	}
 }
@@ -295,10 +305,15 @@ const (
 // the shards' tables of a size take minBlock in all (and are at least
 // minBlockTable entries each), they are cut from one block, which the
 // system is asked to back with huge pages (Linux: transparent huge pages,
-// "madvise" or "always"), 2 MiB each: a handful cover the block. The block
-// is made when the first shard grows to that size; a shard that grows to a
-// smaller size than the current block's, far behind the others, gets a
-// table of its own.
+// "madvise" or "always"), 2 MiB each: a handful cover the block.
+//
+// The block is made when half the shards have asked for a table of its
+// size (the first half get tables of their own meanwhile), and then every
+// shard moves into it (see move), the other half a little early: so the
+// store never holds a block beside the smaller tables of shards that may
+// not grow for a long time, and its tables take about 256 bytes a key
+// then, as the tables of shards just grown would. A shard that falls
+// behind afterwards gets tables of its own until it catches up.
 func (s *Store) table(i, size int) []entry {
 	if size < minBlockTable || size*len(s.shards) < minBlock {
 		return make([]entry, size)
@@ -306,15 +321,47 @@ func (s *Store) table(i, size int) []entry {
 	b := &s.blocks
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if size > b.size {
-		b.block = make([]entry, size*len(s.shards))
-		b.size = size
-		adviseHugePages(b.block)
+	if size == b.size {
+		return b.block[i*size : (i+1)*size : (i+1)*size]
 	}
 	if size < b.size {
 		return make([]entry, size)
 	}
+	if b.asked == nil {
+		b.asked = map[int]int{}
+	}
+	if b.asked[size]++; 2*b.asked[size] < len(s.shards) {
+		return make([]entry, size)
+	}
+	clear(b.asked)
+	b.block = make([]entry, size*len(s.shards))
+	b.size = size
+	adviseHugePages(b.block)
+	b.moving.Store(true)
 	return b.block[i*size : (i+1)*size : (i+1)*size]
+}
+
+// move moves every shard whose table is not in the current block into
+// it. The call that made the block runs it once its own shard is
+// unlocked, locking one shard at a time: no lock is held while it waits
+// for another.
+func (s *Store) move() {
+	b := &s.blocks
+	if !b.moving.CompareAndSwap(true, false) {
+		return
+	}
+	b.mu.Lock()
+	block, size := b.block, b.size
+	b.mu.Unlock()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		dst := block[i*size : (i+1)*size : (i+1)*size]
+		sh.mu.Lock()
+		if len(sh.tab) <= size && (len(sh.tab) == 0 || &sh.tab[0] != &dst[0]) {
+			sh.moveTo(dst)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // prefetch starts bringing the entry at hash h's home slot into the CPU's
@@ -466,6 +513,9 @@ func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, li
 	sh.mu.Lock()
 	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
+	if s.blocks.moving.Load() {
+		s.move()
+	}
 	d.fill(r)
 	return now, nil
 }
@@ -525,6 +575,9 @@ func (s *Store) SettleN(ctx context.Context, key string, limit tollgate.Limit, a
 	sh.mu.Lock()
 	s.settle(&d, sh, h, kind, key, &p, now, at, delta)
 	sh.mu.Unlock()
+	if s.blocks.moving.Load() {
+		s.move()
+	}
 	return d.result(limit), nil
 }
 

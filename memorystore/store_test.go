@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,6 +191,54 @@ func TestBlockTablesKeepEveryKey(t *testing.T) {
 		}
 		if got, want := r.Remaining, limit.Burst-spent(i); got != want {
 			t.Fatalf("k%d has %d remaining, want %d", i, got, want)
+		}
+	}
+}
+
+// TestBlockMoveWhileDeciding: goroutines add keys at once while the
+// shards move into blocks (one goroutine moves every shard, locking each
+// in turn, as the others decide); afterwards every key holds what it
+// spent.
+func TestBlockMoveWhileDeciding(t *testing.T) {
+	t.Parallel()
+	// 16 shards: blocks from 8,192 entries a shard, which half of them
+	// need past about 32,000 keys.
+	const (
+		goroutines = 4
+		perG       = 12_000
+	)
+	s := memorystore.New(memorystore.WithShards(16))
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 100, Period: time.Hour, Burst: 10}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perG {
+				if _, err := s.AllowN(ctx, fmt.Sprint("g", g, ":", i), limit, 1+i%3); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got, want := s.Stats().Keys, goroutines*perG; got != want {
+		t.Fatalf("Keys = %d, want %d", got, want)
+	}
+	for g := range goroutines {
+		for i := range perG {
+			r, err := s.AllowN(ctx, fmt.Sprint("g", g, ":", i), limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.Remaining, limit.Burst-(1+i%3); got != want {
+				t.Fatalf("g%d:%d has %d remaining, want %d", g, i, got, want)
+			}
 		}
 	}
 }

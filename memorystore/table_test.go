@@ -1,14 +1,21 @@
 package memorystore
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/tollgate/tollgate"
 )
 
 // TestTableSizes: table hands out tables of the size asked for, each its
 // own memory: below a block's worth, separate allocations; from then on,
-// consecutive pieces of one block, and a table of its own for a shard that
-// asks for less than the current block's size.
+// a table of the shard's own until half the shards have asked for that
+// size, then the shard's piece of a block, as for every shard that asks
+// for that size afterwards; a table of its own for a shard that asks for
+// less than the current block's size.
 func TestTableSizes(t *testing.T) {
 	t.Parallel()
 	s := New(WithShards(4))
@@ -22,11 +29,13 @@ func TestTableSizes(t *testing.T) {
 	}{
 		{"small", 1, 8, false},
 		{"below a block", 2, block / 2, false},
-		{"first of a block", 0, block, true},
-		{"last of it", 3, block, true},
+		{"first to ask", 0, block, false},
+		{"second to ask: half the shards", 3, block, true},
 		{"behind the block", 1, block / 2, false},
-		{"next block", 2, 2 * block, true},
-		{"behind it, at the old block's size", 0, block, false},
+		{"third to ask", 2, block, true},
+		{"first to ask for the next", 0, 2 * block, false},
+		{"second to ask for the next", 1, 2 * block, true},
+		{"behind it, at the old block's size", 3, block, false},
 	}
 	for _, tc := range tests {
 		tab := s.table(tc.shard, tc.size)
@@ -56,6 +65,43 @@ func TestTableSizes(t *testing.T) {
 			}
 		}
 		tab[0].kind = 1 // taken, as a key would
+	}
+}
+
+// TestEveryShardMovesIntoTheBlock: once a block is made, every shard's
+// table is its piece of the block, the shards that had not grown yet
+// included, and the tables take no more than about 256 bytes a key (the
+// half of the shards not grown yet are a little below a quarter full): a
+// store whose keys stay near the point where its shards grow does not
+// keep a block beside their smaller tables.
+func TestEveryShardMovesIntoTheBlock(t *testing.T) {
+	t.Parallel()
+	const shards = 16 // blocks from 8,192 entries a shard, past 2,048 keys
+	s := New(WithShards(shards))
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 100, Period: time.Hour, Burst: 10}
+	blocks := 0
+	for k := 0; blocks < 2; k++ {
+		size := s.blocks.size
+		if _, err := s.AllowN(ctx, fmt.Sprint("k", k), limit, 1); err != nil {
+			t.Fatal(err)
+		}
+		if s.blocks.size == size {
+			continue
+		}
+		blocks++
+		size = s.blocks.size
+		tables := 0
+		for i := range s.shards {
+			sh := &s.shards[i]
+			if got, want := &sh.tab[0], &s.blocks.block[i*size]; got != want {
+				t.Fatalf("block of %d entries a shard, at key %d: shard %d's table is at %p, want %p", size, k, i, got, want)
+			}
+			tables += len(sh.tab) * int(unsafe.Sizeof(entry{}))
+		}
+		if perKey := tables / (k + 1); perKey > 300 {
+			t.Errorf("block of %d entries a shard, at key %d: tables take %d bytes a key, want at most 300", size, k, perKey)
+		}
 	}
 }
 
