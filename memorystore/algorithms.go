@@ -1,6 +1,8 @@
 package memorystore
 
 import (
+	"math/bits"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/exact"
 )
@@ -99,10 +101,15 @@ func tokensAt(s *state, fresh bool, p *tollgate.Params, now int64) (tokens, ts i
 	}
 	tokens = min(max(tokens, -p.MaxDebt*p.Unit), capacity)
 	if now > ts {
-		if now-ts >= exact.CeilDiv(capacity-tokens, p.UnitRate) {
+		// Full when now-ts ≥ ⌈(capacity − tokens) / UnitRate⌉, as the
+		// script asks, which for integers is (now-ts) × UnitRate ≥
+		// capacity − tokens: the product in 128 bits, exact, instead of
+		// a division on every decision.
+		hi, lo := bits.Mul64(uint64(now-ts), uint64(p.UnitRate))
+		if hi > 0 || lo >= uint64(capacity-tokens) {
 			tokens = capacity
 		} else {
-			tokens += (now - ts) * p.UnitRate
+			tokens += int64(lo)
 		}
 		ts = now
 	}

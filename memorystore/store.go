@@ -12,11 +12,16 @@
 // bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
 // table, which is kept between a quarter and half full (128 to 256 bytes a
 // key), plus the key itself and 8 bytes per admitted request a sliding
-// window log remembers. A key whose state is back to full is equivalent to
-// a fresh one and, once the store is half full, is reclaimed as new keys
-// arrive; when every key is live and the store is full, the key nearest to
-// expiring among a few sampled is evicted (it forgets what it spent) and
-// counted in Stats.
+// window log remembers. On a store whose tables take 8 MiB or more, the
+// shards' tables of one size are allocated together, in one block, once
+// half the shards need one of that size, and every shard then moves into
+// it, the other half a little early: the tables take about 256 bytes a key
+// then, and the smaller tables they leave are garbage for the next
+// collection. A key whose state is back to full is equivalent to a fresh
+// one and, once the store is half full, is reclaimed as new keys arrive;
+// when every key is live and the store is full, the key nearest to expiring
+// among a few sampled is evicted (it forgets what it spent) and counted in
+// Stats.
 package memorystore
 
 import (
@@ -27,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/exact"
@@ -42,6 +48,16 @@ type Store struct {
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
 	perShard int
+	// blocks hands out the shards' tables: see table.
+	blocks struct {
+		mu    sync.Mutex
+		block []entry // a table of size entries for each shard, in order
+		size  int
+		asked map[int]int // shards that asked for a table of a size above size
+		// moving is set when a new block awaits the shards that have not
+		// asked for it yet: see move.
+		moving atomic.Bool
+	}
 	// limits remembers the Params of the limits this store decides under,
 	// as tollgate.CheckRequest does, but read in place: a decision that
 	// finds its limit here neither copies the Params (88 bytes) nor makes
@@ -152,7 +168,13 @@ type shard struct {
 	logs      []ring
 	freeLogs  []int
 	evictions atomic.Uint64
-	_         [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
+	index     int // the shard's place in the store's shards
+	// where is tab's address with log2(len(tab)) in its top 6 bits (Go's
+	// heap addresses have 48 bits), read without the lock to prefetch a
+	// key's entry: a stale or wrong value costs a useless prefetch,
+	// nothing more.
+	where atomic.Uint64
+	_     [16]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
 
 // maxFreeBuffers bounds how many sliding window logs whose key is gone keep
@@ -191,17 +213,24 @@ func (sh *shard) place(h, kind uint64, key string) int {
 }
 
 // grow doubles sh's table (or makes its first one).
-func (sh *shard) grow() {
+func (s *Store) grow(sh *shard) {
+	sh.moveTo(s.table(sh.index, max(8, 2*len(sh.tab))))
+}
+
+// moveTo moves sh's (locked) entries into tab, empty and at least as
+// large as its table, which it then is.
+func (sh *shard) moveTo(tab []entry) {
 	old := sh.tab
-	sh.tab = make([]entry, max(8, 2*len(old)))
-	mask := uint64(len(sh.tab) - 1)
+	sh.tab = tab
+	sh.where.Store(uint64(uintptr(unsafe.Pointer(&tab[0]))) | uint64(bits.TrailingZeros(uint(len(tab))))<<whereShift)
+	mask := uint64(len(tab) - 1)
 	for k := range old {
 		if e := &old[k]; e.kind != 0 {
 			i := e.hash & mask
-			for sh.tab[i].kind != 0 {
+			for tab[i].kind != 0 {
 				i = (i + 1) & mask
 			}
-			sh.tab[i] = *e
+			tab[i] = *e
 		}
 	}
 }
@@ -256,6 +285,103 @@ func (sh *shard) log(e *entry) *ring {
 	}
 	return &sh.logs[e.a-1]
 }
+
+// minBlock is the least size, in entries, of a block of tables: 8 MiB,
+// four huge pages on x86-64 and arm64. minBlockTable is the least size of
+// a table cut from a block: a shard's first keys, before it holds 65, are
+// not worth a block (with many shards, many megabytes) for the whole
+// store.
+const (
+	minBlock      = 8 << 20 / int(unsafe.Sizeof(entry{}))
+	minBlockTable = 256
+)
+
+// table returns an empty table of size entries for shard i.
+//
+// A store of many keys spends most of a decision waiting for the key's
+// entry, a miss of the CPU's caches and, with 4 KiB pages, of its TLB as
+// well: the tables of 100,000 keys span 4,000 pages, more than the TLB
+// holds, and in a virtual machine a TLB miss walks two page tables. So once
+// the shards' tables of a size take minBlock in all (and are at least
+// minBlockTable entries each), they are cut from one block, which the
+// system is asked to back with huge pages (Linux: transparent huge pages,
+// "madvise" or "always"), 2 MiB each: a handful cover the block.
+//
+// The block is made when half the shards have asked for a table of its
+// size (the first half get tables of their own meanwhile), and then every
+// shard moves into it (see move), the other half a little early: so the
+// store never holds a block beside the smaller tables of shards that may
+// not grow for a long time, and its tables take about 256 bytes a key
+// then, as the tables of shards just grown would. A shard that falls
+// behind afterwards gets tables of its own until it catches up.
+func (s *Store) table(i, size int) []entry {
+	if size < minBlockTable || size*len(s.shards) < minBlock {
+		return make([]entry, size)
+	}
+	b := &s.blocks
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if size == b.size {
+		return b.block[i*size : (i+1)*size : (i+1)*size]
+	}
+	if size < b.size {
+		return make([]entry, size)
+	}
+	if b.asked == nil {
+		b.asked = map[int]int{}
+	}
+	if b.asked[size]++; 2*b.asked[size] < len(s.shards) {
+		return make([]entry, size)
+	}
+	clear(b.asked)
+	b.block = make([]entry, size*len(s.shards))
+	b.size = size
+	adviseHugePages(b.block)
+	b.moving.Store(true)
+	return b.block[i*size : (i+1)*size : (i+1)*size]
+}
+
+// move moves every shard whose table is not in the current block into
+// it. The call that made the block runs it once its own shard is
+// unlocked, locking one shard at a time: no lock is held while it waits
+// for another.
+func (s *Store) move() {
+	b := &s.blocks
+	if !b.moving.CompareAndSwap(true, false) {
+		return
+	}
+	b.mu.Lock()
+	block, size := b.block, b.size
+	b.mu.Unlock()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		dst := block[i*size : (i+1)*size : (i+1)*size]
+		sh.mu.Lock()
+		if len(sh.tab) <= size && (len(sh.tab) == 0 || &sh.tab[0] != &dst[0]) {
+			sh.moveTo(dst)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// prefetch starts bringing the entry at hash h's home slot into the CPU's
+// caches, without the lock: the entry is read under the lock, and by then
+// it is on its way. A table of fewer than 2^minPrefetch entries (8 KiB) is
+// left alone: a store of such tables mostly stays in the caches, and the
+// call would cost a cached decision a tenth of its time.
+func (sh *shard) prefetch(h uint64) {
+	if w := sh.where.Load(); w>>whereShift >= minPrefetch {
+		mask := uint64(1)<<(w>>whereShift) - 1
+		prefetch(uintptr(w&(1<<whereShift-1) + h&mask*uint64(unsafe.Sizeof(entry{}))))
+	}
+}
+
+// whereShift places a table's log2 size in a shard's where; minPrefetch
+// is the least log2 size of a table whose entries are prefetched.
+const (
+	whereShift  = 58
+	minPrefetch = 7
+)
 
 // locate returns the hash of (key, kind) and the shard that holds it.
 func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
@@ -324,6 +450,9 @@ func New(opts ...Option) *Store {
 		perShard: max(1, (c.maxKeys+n-1)/n),
 	}
 	s.startUS = s.start.UnixMicro()
+	for i := range s.shards {
+		s.shards[i].index = i
+	}
 	return s
 }
 
@@ -337,29 +466,25 @@ func (s *Store) clock() int64 {
 
 // AllowN implements tollgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit tollgate.Limit, n int) (r tollgate.Result, err error) {
-	// The clock first: reading it waits for every load before it to
-	// complete, and the decision's loads that miss the CPU's caches (the
-	// key, its entry) come after it, so they are not made to wait twice.
-	now := s.clock()
 	// The Result is filled in place, field by field, in the frame that
 	// returns it: each copy of its eleven words is a score of
 	// instructions.
 	r.Limit = limit
-	err = s.decideAt(ctx, &r, key, &limit, n, now)
+	_, err = s.decideAt(ctx, &r, key, &limit, n)
 	return r, err
 }
 
 // ReserveN implements tollgate.Settler: AllowN's decision, and the store's
 // clock it was made at.
 func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, n int) (tollgate.Result, int64, error) {
-	now := s.clock()
 	r := tollgate.Result{Limit: limit}
-	err := s.decideAt(ctx, &r, key, &limit, n, now)
+	now, err := s.decideAt(ctx, &r, key, &limit, n)
 	return r, now, err
 }
 
-// decideAt makes AllowN's decision at now into r, which holds the limit.
-func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, limit *tollgate.Limit, n int, now int64) error {
+// decideAt makes AllowN's decision into r, which holds the limit, and
+// returns the store's clock it was made at.
+func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, limit *tollgate.Limit, n int) (int64, error) {
 	// A valid request under a remembered limit, the common case, is
 	// checked in line; anything else by check, with its Params in spare.
 	p := s.known(limit)
@@ -369,21 +494,30 @@ func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, li
 			err   error
 		)
 		if p, err = s.check(key, limit, n, &spare); err != nil {
-			return fmt.Errorf("memorystore: %w", err)
+			return s.clock(), fmt.Errorf("memorystore: %w", err)
 		}
-	}
-	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
-		return s.usable(ctx, now)
 	}
 	kind := kindOf(p)
 	h, sh := s.locate(key, kind)
+	// On a store of many keys the key's entry is seldom in the CPU's
+	// caches: its fetch starts here and runs while the clock is read and
+	// the shard locked, which would otherwise each wait for the one
+	// before.
+	sh.prefetch(h)
+	now := s.clock()
+	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
+		return now, s.usable(ctx, now)
+	}
 
 	var d decision
 	sh.mu.Lock()
 	s.decide(&d, sh, h, kind, key, p, now, int64(n))
 	sh.mu.Unlock()
+	if s.blocks.moving.Load() {
+		s.move()
+	}
 	d.fill(r)
-	return nil
+	return now, nil
 }
 
 // usable reports why the store cannot decide now: a canceled context, or a
@@ -441,6 +575,9 @@ func (s *Store) SettleN(ctx context.Context, key string, limit tollgate.Limit, a
 	sh.mu.Lock()
 	s.settle(&d, sh, h, kind, key, &p, now, at, delta)
 	sh.mu.Unlock()
+	if s.blocks.moving.Load() {
+		s.move()
+	}
 	return d.result(limit), nil
 }
 
@@ -532,7 +669,7 @@ func (s *Store) insert(sh *shard, h, kind uint64, key string, now int64) int {
 		s.reclaim(sh, h, now)
 	}
 	if 2*(sh.n+1) > len(sh.tab) {
-		sh.grow()
+		s.grow(sh)
 	}
 	return sh.place(h, kind, key)
 }

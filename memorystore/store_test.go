@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,6 +157,87 @@ func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int) {
 			}
 			if got, want := r.Remaining, tollgate.MaxLogRate-want[k]; got != want {
 				t.Fatalf("step %d: %s has %d remaining, want %d", step, k, got, want)
+			}
+		}
+	}
+}
+
+// TestBlockTablesKeepEveryKey: a store large enough that its shards'
+// tables are cut from blocks (see table) keeps every key's state as the
+// shards move from their own tables into a block and from one block into
+// the next, twice as large.
+func TestBlockTablesKeepEveryKey(t *testing.T) {
+	t.Parallel()
+	// Two shards: their tables come from a block from 65,536 entries
+	// each on (8 MiB), which they reach past 16,384 keys each.
+	const nkeys = 80_000
+	clock := conformance.NewClock()
+	s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(2))
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 100, Period: time.Hour, Burst: 10}
+	spent := func(i int) int { return 1 + i%3 }
+	for i := range nkeys {
+		if _, err := s.AllowN(ctx, fmt.Sprint("k", i), limit, spent(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := s.Stats().Keys, nkeys; got != want {
+		t.Fatalf("Keys = %d, want %d", got, want)
+	}
+	for i := range nkeys {
+		r, err := s.AllowN(ctx, fmt.Sprint("k", i), limit, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.Remaining, limit.Burst-spent(i); got != want {
+			t.Fatalf("k%d has %d remaining, want %d", i, got, want)
+		}
+	}
+}
+
+// TestBlockMoveWhileDeciding: goroutines add keys at once while the
+// shards move into blocks (one goroutine moves every shard, locking each
+// in turn, as the others decide); afterwards every key holds what it
+// spent.
+func TestBlockMoveWhileDeciding(t *testing.T) {
+	t.Parallel()
+	// 16 shards: blocks from 8,192 entries a shard, which half of them
+	// need past about 32,000 keys.
+	const (
+		goroutines = 4
+		perG       = 12_000
+	)
+	s := memorystore.New(memorystore.WithShards(16))
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 100, Period: time.Hour, Burst: 10}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perG {
+				if _, err := s.AllowN(ctx, fmt.Sprint("g", g, ":", i), limit, 1+i%3); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got, want := s.Stats().Keys, goroutines*perG; got != want {
+		t.Fatalf("Keys = %d, want %d", got, want)
+	}
+	for g := range goroutines {
+		for i := range perG {
+			r, err := s.AllowN(ctx, fmt.Sprint("g", g, ":", i), limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.Remaining, limit.Burst-(1+i%3); got != want {
+				t.Fatalf("g%d:%d has %d remaining, want %d", g, i, got, want)
 			}
 		}
 	}

@@ -1,0 +1,156 @@
+package memorystore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/tollgate/tollgate"
+)
+
+// TestTableSizes: table hands out tables of the size asked for, each its
+// own memory: below a block's worth, separate allocations; from then on,
+// a table of the shard's own until half the shards have asked for that
+// size, then the shard's piece of a block, as for every shard that asks
+// for that size afterwards; a table of its own for a shard that asks for
+// less than the current block's size.
+func TestTableSizes(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(4))
+	const shards = 4
+	block := minBlock / shards
+	tests := []struct {
+		name      string
+		shard     int
+		size      int
+		fromBlock bool
+	}{
+		{"small", 1, 8, false},
+		{"below a block", 2, block / 2, false},
+		{"first to ask", 0, block, false},
+		{"second to ask: half the shards", 3, block, true},
+		{"behind the block", 1, block / 2, false},
+		{"third to ask", 2, block, true},
+		{"first to ask for the next", 0, 2 * block, false},
+		{"second to ask for the next", 1, 2 * block, true},
+		{"behind it, at the old block's size", 3, block, false},
+	}
+	for _, tc := range tests {
+		tab := s.table(tc.shard, tc.size)
+		if got, want := len(tab), tc.size; got != want {
+			t.Fatalf("%s: len = %d, want %d", tc.name, got, want)
+		}
+		if got, want := cap(tab), tc.size; got != want {
+			t.Fatalf("%s: cap = %d, want %d", tc.name, got, want)
+		}
+		for i := range tab {
+			if tab[i] != (entry{}) {
+				t.Fatalf("%s: entry %d is not empty", tc.name, i)
+			}
+		}
+		b := s.blocks.block
+		in := false
+		if len(b) > 0 {
+			start, at := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&tab[0]))
+			in = at >= start && at < start+uintptr(len(b))*unsafe.Sizeof(entry{})
+		}
+		if got, want := in, tc.fromBlock; got != want {
+			t.Fatalf("%s: from the block = %v, want %v", tc.name, got, want)
+		}
+		if tc.fromBlock {
+			if got, want := &tab[0], &b[tc.shard*tc.size]; got != want {
+				t.Fatalf("%s: table at %p, want the shard's place in the block, %p", tc.name, got, want)
+			}
+		}
+		tab[0].kind = 1 // taken, as a key would
+	}
+}
+
+// TestEveryShardMovesIntoTheBlock: once a block is made, every shard's
+// table is its piece of the block, the shards that had not grown yet
+// included, and the tables take no more than about 256 bytes a key (the
+// half of the shards not grown yet are a little below a quarter full): a
+// store whose keys stay near the point where its shards grow does not
+// keep a block beside their smaller tables.
+func TestEveryShardMovesIntoTheBlock(t *testing.T) {
+	t.Parallel()
+	const shards = 16 // blocks from 8,192 entries a shard, past 2,048 keys
+	s := New(WithShards(shards))
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 100, Period: time.Hour, Burst: 10}
+	blocks := 0
+	for k := 0; blocks < 2; k++ {
+		size := s.blocks.size
+		if _, err := s.AllowN(ctx, fmt.Sprint("k", k), limit, 1); err != nil {
+			t.Fatal(err)
+		}
+		if s.blocks.size == size {
+			continue
+		}
+		blocks++
+		size = s.blocks.size
+		tables := 0
+		for i := range s.shards {
+			sh := &s.shards[i]
+			if got, want := &sh.tab[0], &s.blocks.block[i*size]; got != want {
+				t.Fatalf("block of %d entries a shard, at key %d: shard %d's table is at %p, want %p", size, k, i, got, want)
+			}
+			tables += len(sh.tab) * int(unsafe.Sizeof(entry{}))
+		}
+		if perKey := tables / (k + 1); perKey > 300 {
+			t.Errorf("block of %d entries a shard, at key %d: tables take %d bytes a key, want at most 300", size, k, perKey)
+		}
+	}
+}
+
+// TestPrefetchNeverFaults: a prefetch is a hint, whatever the address, so
+// a shard's stale or torn table address can cost nothing but time.
+func TestPrefetchNeverFaults(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []uintptr{0, 1, 4096, ^uintptr(0) >> 1, ^uintptr(0) - 63} {
+		prefetch(addr)
+	}
+	var sh shard
+	sh.prefetch(12345) // no table yet
+	sh.where.Store(^uint64(0))
+	sh.prefetch(^uint64(0))
+}
+
+// TestWhereLocatesTheTable: a shard's where names its table's first entry
+// and its size, through growth from tables of its own into blocks.
+func TestWhereLocatesTheTable(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(1))
+	sh := &s.shards[0]
+	for range 18 { // from 8 entries to 2^20, blocks from 2^17 on
+		s.grow(sh)
+		w := sh.where.Load()
+		if got, want := w&(1<<whereShift-1), uint64(uintptr(unsafe.Pointer(&sh.tab[0]))); got != want {
+			t.Fatalf("%d entries: where's address = %#x, want %#x", len(sh.tab), got, want)
+		}
+		if got, want := 1<<(w>>whereShift), len(sh.tab); got != want {
+			t.Fatalf("where's size = %d, want %d", got, want)
+		}
+	}
+}
+
+// TestNoBlockForAFewKeys: a store of many shards does not make a block of
+// many megabytes for its first keys: a table below minBlockTable entries
+// is the shard's own, whatever the tables of all shards would take.
+func TestNoBlockForAFewKeys(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(1 << 15))
+	for _, size := range []int{8, 16, minBlockTable / 2} {
+		if size*len(s.shards) < minBlock {
+			t.Fatalf("%d entries for %d shards take less than a block: the case is not tested", size, len(s.shards))
+		}
+		if got, want := len(s.table(0, size)), size; got != want {
+			t.Fatalf("len = %d, want %d", got, want)
+		}
+		if got, want := len(s.blocks.block), 0; got != want {
+			t.Fatalf("%d entries: a block of %d entries was made, want none", size, got)
+		}
+	}
+}
