@@ -146,6 +146,14 @@ type memFigures struct {
 	serial, parallel chunkFigures
 }
 
+// mode returns the serial figures for 0, the parallel ones for 1.
+func (f *memFigures) mode(m int) *chunkFigures {
+	if m == 0 {
+		return &f.serial
+	}
+	return &f.parallel
+}
+
 // chunkFigures are the ns/op of every chunk of decisions, and the
 // allocations over all of them.
 type chunkFigures struct {
@@ -163,12 +171,26 @@ func (c *chunkFigures) add(d chunkFigures) {
 // shares, a chunk during which this process was descheduled is slow by
 // however long that lasted, and the median leaves those out where a mean
 // would not.
-func (c *chunkFigures) median() float64 {
-	if len(c.nsPerOp) == 0 {
+func (c *chunkFigures) median() float64 { return median(c.nsPerOp) }
+
+// pairedRatio is the median over the chunks of p's ns/op over c's in the
+// same slot: the chunks of every row in one slot ran one after another,
+// within milliseconds, so what else ran on the machine then fell on both.
+func (c *chunkFigures) pairedRatio(p *chunkFigures) float64 {
+	r := make([]float64, min(len(c.nsPerOp), len(p.nsPerOp)))
+	for i := range r {
+		r[i] = p.nsPerOp[i] / c.nsPerOp[i]
+	}
+	return median(r)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
 		return 0
 	}
-	slices.Sort(c.nsPerOp)
-	return c.nsPerOp[len(c.nsPerOp)/2]
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 func (c chunkFigures) allocsPerOp() float64 { return float64(c.allocs) / float64(c.ops) }
@@ -179,45 +201,78 @@ type memResult struct {
 	f memFigures
 }
 
-// memoryTables measures the in-memory rows over nkeys keys each, in rounds
-// that interleave the rows, and prints their table and their ratios to the
-// peers.
+// memoryTables measures the in-memory rows over nkeys keys each and prints
+// their table and their ratios to the peers. The rows take turns chunk by
+// chunk: in each slot every row runs one chunk (about chunkTime), in an
+// order that rotates from slot to slot, so that a ratio compares chunks
+// that ran within milliseconds of each other.
 func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
-	decs := make([]op, len(rows))
-	ks := make([][]string, len(rows))
+	g := runtime.GOMAXPROCS(0)
+	res := make([]memResult, len(rows))
+	cs := make([][2]*chunker, len(rows)) // serial, parallel
+	defer func() {
+		for _, c := range cs {
+			for _, c := range c {
+				if c != nil {
+					c.close()
+				}
+			}
+		}
+	}()
 	for i, r := range rows {
-		var err error
-		if decs[i], err = r.build(nil); err != nil {
+		decide, err := r.build(nil)
+		if err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)
 		}
 		// Every key holds state before anything is measured.
-		ks[i] = keys(fmt.Sprintf("m%d:", i), nkeys)
-		for _, k := range ks[i] {
-			if err := decs[i](context.Background(), k); err != nil {
+		ks := keys(fmt.Sprintf("m%d:", i), nkeys)
+		for _, k := range ks {
+			if err := decide(context.Background(), k); err != nil {
 				return fmt.Errorf("%s: %w", r.name, err)
 			}
 		}
+		res[i].row = r
+		for m, n := range []int{1, g} {
+			cs[i][m] = newChunker(ks, decide, n)
+		}
 	}
-	res := make([]memResult, len(rows))
-	g := runtime.GOMAXPROCS(0)
+	for m := range 2 {
+		// Allocations, row by row (a row's own calls alone between two
+		// readings), over a dozen chunks.
+		for i := range rows {
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			for range 12 {
+				cs[i][m].chunk()
+			}
+			runtime.ReadMemStats(&ms1)
+			f := res[i].f.mode(m)
+			f.ops, f.allocs = int64(12*cs[i][m].n*cs[i][m].g), int64(ms1.Mallocs-ms0.Mallocs)
+		}
+	}
 	for round := range rounds {
+		for m := range 2 {
+			for slot := range chunksPerRound {
+				for j := range rows {
+					i := (slot + j) % len(rows)
+					f := res[i].f.mode(m)
+					f.nsPerOp = append(f.nsPerOp, cs[i][m].chunk())
+				}
+			}
+		}
 		for i, r := range rows {
-			s, err := chunks(ks[i], decs[i], 1)
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
+			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, r.name, res[i].f.serial.median(), res[i].f.parallel.median())
+		}
+	}
+	for i := range cs {
+		for _, c := range cs[i] {
+			if c.err() != nil {
+				return fmt.Errorf("%s: %w", rows[i].name, c.err())
 			}
-			p, err := chunks(ks[i], decs[i], g)
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, r.name, s.median(), p.median())
-			res[i].row = r
-			res[i].f.serial.add(s)
-			res[i].f.parallel.add(p)
 		}
 	}
 	fmt.Fprintf(out, "### In memory: %d live keys; serial (one goroutine) and parallel (GOMAXPROCS=%d goroutines)\n\n", nkeys, g)
-	fmt.Fprintf(out, "ns/op is the median of %d chunks of about %v per row and mode (parallel: wall time over all goroutines' decisions).\n\n", rounds*chunksPerRound, chunkTime)
+	fmt.Fprintf(out, "ns/op is the median of %d chunks of about %v per row and mode (parallel: wall time over all goroutines' decisions); the rows take turns chunk by chunk, and a ratio is the median of the ratios of chunks that ran side by side.\n\n", rounds*chunksPerRound, chunkTime)
 	fmt.Fprintln(out, "| limiter | serial ns/op | serial allocs/op | parallel ns/op | parallel allocs/op | note |")
 	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range res {
@@ -235,7 +290,7 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 func memRatios(out io.Writer, rs []memResult) {
 	ratioTable(out, rs, func(r memResult) (string, string) { return r.name, r.peer }, "serial, parallel",
 		func(r, p memResult) (float64, float64) {
-			return p.f.serial.median() / r.f.serial.median(), p.f.parallel.median() / r.f.parallel.median()
+			return r.f.serial.pairedRatio(&p.f.serial), r.f.parallel.pairedRatio(&p.f.parallel)
 		})
 }
 
@@ -247,85 +302,83 @@ const (
 	chunksPerRound = 200
 )
 
-// chunks times decide in chunksPerRound chunks of about chunkTime, each
-// with g goroutines deciding at once, after a warm-up that sizes the
-// chunks. The goroutines walk the keys in one random order (the same for
-// every row), each from a different place. Not in the order the keys were
-// made: a limiter's state for them, made in that order, often lies in that
-// order in memory, and a walk in order, or by a constant stride, lets the
-// CPU's prefetchers fetch the next key's state before it is asked for,
-// which no service's traffic does. Every call must succeed: a denial is a
-// failure here, as the limits admit everything.
-func chunks(ks []string, decide op, g int) (chunkFigures, error) {
+// chunker times chunks of decisions of about chunkTime, each with g
+// goroutines deciding at once, sized by a warm-up. The goroutines walk the
+// keys in one random order (the same for every row), each from a
+// different place. Not in the order the keys were made: a limiter's state
+// for them, made in that order, often lies in that order in memory, and a
+// walk in order, or by a constant stride, lets the CPU's prefetchers fetch
+// the next key's state before it is asked for, which no service's traffic
+// does. Every call must succeed: a denial is a failure here, as the limits
+// admit everything.
+type chunker struct {
+	g, n   int
+	start  []chan int
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	failed error
+}
+
+func newChunker(ks []string, decide op, g int) *chunker {
 	ctx := context.Background()
-	var (
-		mu     sync.Mutex
-		failed error
-		wg     sync.WaitGroup
-	)
+	c := &chunker{g: g, start: make([]chan int, g)}
 	order := rand.New(rand.NewPCG(1, 2)).Perm(len(ks))
 	walk := make([]string, len(ks))
 	for i, k := range order {
 		walk[i] = ks[k]
 	}
-	pos := make([]int, g)
-	for i := range pos {
-		pos[i] = i * len(ks) / g
-	}
-	// run makes n decisions on each of g goroutines at once and returns
-	// the wall time.
-	start := make([]chan int, g)
-	for i := range start {
-		start[i] = make(chan int)
-		go func() {
-			for n := range start[i] {
-				j := pos[i]
+	for i := range c.start {
+		c.start[i] = make(chan int)
+		go func(j int) {
+			for n := range c.start[i] {
 				for range n {
 					if j++; j == len(walk) {
 						j = 0
 					}
 					if err := decide(ctx, walk[j]); err != nil {
-						mu.Lock()
-						failed = err
-						mu.Unlock()
+						c.mu.Lock()
+						c.failed = err
+						c.mu.Unlock()
 						break
 					}
 				}
-				pos[i] = j
-				wg.Done()
+				c.wg.Done()
 			}
-		}()
+		}(i * len(ks) / g)
 	}
-	defer func() {
-		for _, c := range start {
-			close(c)
-		}
-	}()
-	run := func(n int) time.Duration {
-		wg.Add(g)
-		t0 := time.Now()
-		for _, c := range start {
-			c <- n
-		}
-		wg.Wait()
-		return time.Since(t0)
+	c.n = 1000
+	for d := c.run(c.n); d < chunkTime/2; d = c.run(c.n) {
+		c.n *= 2
 	}
-	n := 1000
-	for d := run(n); d < chunkTime/2; d = run(n) {
-		n *= 2
+	c.n = max(1, int(float64(c.n)*float64(chunkTime)/float64(c.run(c.n))))
+	return c
+}
+
+// run makes n decisions on each of the goroutines at once and returns the
+// wall time.
+func (c *chunker) run(n int) time.Duration {
+	c.wg.Add(c.g)
+	t0 := time.Now()
+	for _, s := range c.start {
+		s <- n
 	}
-	n = max(1, int(float64(n)*float64(chunkTime)/float64(run(n))))
-	var (
-		f        chunkFigures
-		ms0, ms1 runtime.MemStats
-	)
-	runtime.ReadMemStats(&ms0)
-	for range chunksPerRound {
-		d := run(n)
-		f.nsPerOp = append(f.nsPerOp, float64(d.Nanoseconds())/float64(n*g))
+	c.wg.Wait()
+	return time.Since(t0)
+}
+
+// chunk times one chunk and returns its ns per decision.
+func (c *chunker) chunk() float64 {
+	return float64(c.run(c.n).Nanoseconds()) / float64(c.n*c.g)
+}
+
+func (c *chunker) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+func (c *chunker) close() {
+	for _, s := range c.start {
+		close(s)
 	}
-	runtime.ReadMemStats(&ms1)
-	f.ops = int64(chunksPerRound * n * g)
-	f.allocs = int64(ms1.Mallocs - ms0.Mallocs)
-	return f, failed
 }
