@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,7 @@ type options struct {
 	conns    int
 	label    string
 	tsv      string
+	profile  string
 }
 
 func main() {
@@ -73,6 +75,7 @@ func main() {
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (Envoy uses one per worker thread)")
 	fs.StringVar(&o.label, "label", "", "a name for the result line")
 	fs.StringVar(&o.tsv, "tsv", "", "also append the result to this file as one tab-separated line: label, mode, decisions/s, p50 µs, p99 µs, service CPU µs/decision (compare.sh adds up its rounds from it)")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write the load generator's own CPU profile of the measured run to this file")
 	fs.Parse(os.Args[2:])
 	var (
 		res result
@@ -179,6 +182,26 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / ticks, nil
 }
 
+// startProfile starts a CPU profile of the load generator into the file
+// at path, when path is not empty, and returns what stops it.
+func startProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
 func values(o options) []string {
 	v := make([]string, o.values)
 	for i := range v {
@@ -267,10 +290,21 @@ func runGRPC(addr string, o options) (result, error) {
 		cpu0, cpuErr = cpuTime(o.pid)
 	}
 	own0, ownErr := cpuTime(os.Getpid())
+	stopProfile, err := startProfile(o.profile)
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		return result{}, err
+	}
 	start := time.Now()
 	measuring.Store(true)
 	time.Sleep(o.duration)
 	measuring.Store(false)
+	if err := stopProfile(); err != nil {
+		stop.Store(true)
+		wg.Wait()
+		return result{}, err
+	}
 	res.elapsed = time.Since(start)
 	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
 		res.own = own1 - own0
