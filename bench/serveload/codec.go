@@ -37,8 +37,7 @@ func (leanCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal reads the overall_code (field 1, an enum) of a RateLimitResponse
-// into an *overallCode and checks that the rest is well-formed wire format.
-// A response without the field has code UNKNOWN, proto3's zero value.
+// into an *overallCode (readOverall).
 func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	out, ok := v.(*overallCode)
 	if !ok {
@@ -50,28 +49,37 @@ func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	} else {
 		b = data.Materialize()
 	}
-	out.code = pb.RateLimitResponse_UNKNOWN
+	var err error
+	out.code, err = readOverall(b)
+	return err
+}
+
+// readOverall reads the overall_code of a RateLimitResponse in wire format,
+// checking that the rest is well-formed and skipping it. A response without
+// the field has code UNKNOWN, proto3's zero value.
+func readOverall(b []byte) (pb.RateLimitResponse_Code, error) {
+	code := pb.RateLimitResponse_UNKNOWN
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return fmt.Errorf("serveload: bad response: %w", protowire.ParseError(n))
+			return 0, fmt.Errorf("serveload: bad response: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
 		if num == 1 && typ == protowire.VarintType {
 			c, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return fmt.Errorf("serveload: bad response: %w", protowire.ParseError(n))
+				return 0, fmt.Errorf("serveload: bad response: %w", protowire.ParseError(n))
 			}
-			out.code, b = pb.RateLimitResponse_Code(int32(c)), b[n:]
+			code, b = pb.RateLimitResponse_Code(int32(c)), b[n:]
 			continue
 		}
 		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
-			return fmt.Errorf("serveload: bad response: %w", protowire.ParseError(n))
+			return 0, fmt.Errorf("serveload: bad response: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
 	}
-	return nil
+	return code, nil
 }
 
 // Name is proto's: the calls are ordinary application/grpc calls.

@@ -51,6 +51,7 @@ type options struct {
 	label    string
 	tsv      string
 	profile  string
+	client   string
 }
 
 func main() {
@@ -76,6 +77,7 @@ func main() {
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (Envoy uses one per worker thread)")
 	fs.StringVar(&o.label, "label", "", "a name for the result line")
 	fs.StringVar(&o.tsv, "tsv", "", "also append the result to this file as one tab-separated line: label, mode, decisions/s, p50 µs, p99 µs, service CPU µs/decision (compare.sh adds up its rounds from it)")
+	fs.StringVar(&o.client, "client", "lean", "gRPC client: lean (HTTP/2 frames written and read directly, the least CPU a call) or grpc-go (grpc-go's client)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the load generator's own CPU profile of the measured run to this file")
 	fs.Parse(os.Args[2:])
 	var (
@@ -223,22 +225,74 @@ func percentiles(lat []time.Duration) (p50, p99, p999 time.Duration) {
 // shouldRateLimit is the method serveload calls, by its full name.
 const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-func runGRPC(addr string, o options) (result, error) {
-	var conns []*grpc.ClientConn
-	for range max(1, o.conns) {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(leanCodec{})))
-		if err != nil {
-			return result{}, err
+// newCallers returns how each of o.inflight workers makes its calls to
+// addr: a function sending request i of reqs (proto bytes) and returning
+// the response's overall code, over o.conns connections. The lean client
+// (h2conn) is the default; --client grpc-go makes the calls through
+// grpc-go's client, with requests encoded once and only overall_code read
+// (leanCodec), to compare. close closes the connections.
+func newCallers(addr string, o options, reqs [][]byte) (callers []func(i int) (pb.RateLimitResponse_Code, error), close func(), err error) {
+	var closers []func() error
+	close = func() {
+		for _, c := range closers {
+			c()
 		}
-		defer conn.Close()
-		conns = append(conns, conn)
 	}
+	switch o.client {
+	case "lean":
+		bodies := make([][]byte, len(reqs))
+		for i, r := range reqs {
+			bodies[i] = grpcFrame(r)
+		}
+		var conns []*h2conn
+		for range max(1, o.conns) {
+			c, err := dialH2(addr)
+			if err != nil {
+				close()
+				return nil, nil, err
+			}
+			closers = append(closers, c.Close)
+			conns = append(conns, c)
+		}
+		for w := range o.inflight {
+			c, cl := conns[w%len(conns)], newH2call()
+			callers = append(callers, func(i int) (pb.RateLimitResponse_Code, error) {
+				if err := c.call(shouldRateLimit, bodies[i], cl); err != nil {
+					return 0, err
+				}
+				return readOverall(cl.msg)
+			})
+		}
+	case "grpc-go":
+		var conns []*grpc.ClientConn
+		for range max(1, o.conns) {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultCallOptions(grpc.ForceCodecV2(leanCodec{})))
+			if err != nil {
+				close()
+				return nil, nil, err
+			}
+			closers = append(closers, conn.Close)
+			conns = append(conns, conn)
+		}
+		for w := range o.inflight {
+			c, resp := conns[w%len(conns)], new(overallCode)
+			callers = append(callers, func(i int) (pb.RateLimitResponse_Code, error) {
+				err := c.Invoke(context.Background(), shouldRateLimit, encodedRequest(reqs[i]), resp)
+				return resp.code, err
+			})
+		}
+	default:
+		return nil, nil, fmt.Errorf("unknown --client %q: lean or grpc-go", o.client)
+	}
+	return callers, close, nil
+}
+
+func runGRPC(addr string, o options) (result, error) {
 	vals := values(o)
-	// Requests are encoded in advance (see leanCodec): the load
-	// generator's own work would otherwise compete with the service for
-	// the same two cores.
-	reqs := make([]encodedRequest, len(vals))
+	// Requests are encoded in advance: the load generator's own work
+	// would otherwise compete with the service for the same two cores.
+	reqs := make([][]byte, len(vals))
 	for i, v := range vals {
 		b, err := proto.Marshal(&pb.RateLimitRequest{Domain: o.domain, Descriptors: []*rlv3.RateLimitDescriptor{{
 			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: o.key, Value: v}}}}})
@@ -247,6 +301,11 @@ func runGRPC(addr string, o options) (result, error) {
 		}
 		reqs[i] = b
 	}
+	callers, closeConns, err := newCallers(addr, o, reqs)
+	if err != nil {
+		return result{}, err
+	}
+	defer closeConns()
 	var (
 		measuring atomic.Bool
 		stop      atomic.Bool
@@ -259,16 +318,15 @@ func runGRPC(addr string, o options) (result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := conns[w%len(conns)]
-			var resp overallCode
+			call := callers[w]
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
 			lat := make([]time.Duration, 0, 1<<16)
 			var n, errs, over int
 			var firstErr string
 			for !stop.Load() {
-				req := reqs[rng.IntN(len(reqs))]
+				i := rng.IntN(len(reqs))
 				start := time.Now()
-				err := c.Invoke(context.Background(), shouldRateLimit, req, &resp)
+				code, err := call(i)
 				took := time.Since(start)
 				if !measuring.Load() {
 					continue
@@ -280,7 +338,7 @@ func runGRPC(addr string, o options) (result, error) {
 					if firstErr == "" {
 						firstErr = err.Error()
 					}
-				} else if resp.code == pb.RateLimitResponse_OVER_LIMIT {
+				} else if code == pb.RateLimitResponse_OVER_LIMIT {
 					over++
 				}
 			}
