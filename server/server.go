@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/ruleset"
 	"github.com/tollgate/tollgate/internal/storekey"
 )
@@ -442,6 +442,7 @@ type parts struct {
 	resets   []durationpb.Duration
 	hdrs     []core.HeaderValue  // length 0, and the capacity there is room for
 	hdrPtrs  []*core.HeaderValue // the same
+	room     *guard.Room         // for the store calls' context; nil: the engine makes one
 }
 
 // oneReply is the memory of the response to one descriptor, in one
@@ -455,6 +456,7 @@ type oneReply struct {
 	reset   [1]durationpb.Duration
 	hdrs    [3]core.HeaderValue
 	hdrPtrs [3]*core.HeaderValue
+	room    guard.Room
 }
 
 // newParts returns the pieces of a response to n descriptors.
@@ -463,7 +465,7 @@ func newParts(n int) parts {
 		r := &oneReply{}
 		r.ptr[0] = &r.status[0]
 		r.resp.Statuses = r.ptr[:]
-		return parts{resp: &r.resp, statuses: r.status[:], resets: r.reset[:], hdrs: r.hdrs[:0], hdrPtrs: r.hdrPtrs[:0]}
+		return parts{resp: &r.resp, statuses: r.status[:], resets: r.reset[:], hdrs: r.hdrs[:0], hdrPtrs: r.hdrPtrs[:0], room: &r.room}
 	}
 	p := parts{
 		resp:     &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)},
@@ -479,7 +481,7 @@ func newParts(n int) parts {
 // answerInTurn answers every descriptor of req, one after another, into
 // p's statuses and answers.
 func (s *Server) answerInTurn(ctx context.Context, req *pb.RateLimitRequest, items []item, p *parts, answers []answered) {
-	q := s.engine.Begin(ctx)
+	q := s.engine.BeginIn(ctx, p.room)
 	defer q.End()
 	for i, d := range req.GetDescriptors() {
 		a := &answers[i]
@@ -671,12 +673,13 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 		return nil
 	}
 	h := make(http.Header, 3)
-	s.writeHeader(h, hds, overall)
+	s.writeHeader(h, nil, hds, overall)
 	return h
 }
 
-// writeHeader writes the header fields of hds (at least one) into h.
-func (s *Server) writeHeader(h http.Header, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
+// writeHeader writes the header fields of hds (at least one) into h,
+// their slices in vals when it is not nil (headers.Values.Write).
+func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
 	if overall == pb.RateLimitResponse_OK {
 		// Global shadow mode or quota_mode let the request through:
 		// no Retry-After for a request that passes.
@@ -684,7 +687,17 @@ func (s *Server) writeHeader(h http.Header, hds []headers.Decision, overall pb.R
 			hds[i].Result.Allowed = true
 		}
 	}
-	headers.Write(h, s.flavor, s.now(), hds...)
+	// The clock is read only for X-RateLimit-Reset, the one field that
+	// is a moment rather than a duration.
+	var now time.Time
+	if s.flavor&headers.XRateLimit != 0 {
+		now = s.now()
+	}
+	if vals != nil {
+		vals.Write(h, s.flavor, now, hds...)
+	} else {
+		headers.Write(h, s.flavor, now, hds...)
+	}
 	if s.compat {
 		h.Del(headers.RetryAfterField) // envoy's answers carry none
 	}
@@ -696,9 +709,16 @@ func (s *Server) writeHeader(h http.Header, hds []headers.Decision, overall pb.R
 	}
 }
 
-// scratchHeaders holds the header maps addHeaders writes into and empties
-// again: the fields' values outlive the map, which is only a way to them.
-var scratchHeaders = sync.Pool{New: func() any { return make(http.Header, len(headerOrder)) }}
+// scratch is what addHeaders writes the header fields into and empties
+// again: a map, and room for its slices. The fields' values (strings)
+// outlive both, which are only a way to them.
+type scratch struct {
+	h    http.Header
+	vals headers.Values
+}
+
+// scratchHeaders holds addHeaders' scratch between responses.
+var scratchHeaders = sync.Pool{New: func() any { return &scratch{h: make(http.Header, len(headerOrder))} }}
 
 // addHeaders writes the header fields of hds into p's response as
 // response_headers_to_add, in headerOrder, making them in p's room where
@@ -707,8 +727,9 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 	if len(hds) == 0 {
 		return
 	}
-	h := scratchHeaders.Get().(http.Header)
-	s.writeHeader(h, hds, overall)
+	sc := scratchHeaders.Get().(*scratch)
+	h := sc.h
+	s.writeHeader(h, &sc.vals, hds, overall)
 	n := len(h)
 	if n > cap(p.hdrs) {
 		p.hdrs, p.hdrPtrs = make([]core.HeaderValue, 0, n), make([]*core.HeaderValue, 0, n)
@@ -720,7 +741,8 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 		}
 	}
 	clear(h)
-	scratchHeaders.Put(h)
+	sc.vals = headers.Values{}
+	scratchHeaders.Put(sc)
 	if len(p.hdrPtrs) > 0 {
 		p.resp.ResponseHeadersToAdd = p.hdrPtrs
 	}
@@ -879,10 +901,12 @@ func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, r *con
 }
 
 func appendEscaped(b []byte, s string) []byte {
-	if !strings.ContainsAny(s, `|=\`) {
-		return append(b, s...)
+	i := 0
+	for i < len(s) && s[i] != '|' && s[i] != '=' && s[i] != '\\' {
+		i++
 	}
-	for i := 0; i < len(s); i++ {
+	b = append(b, s[:i]...) // all of s, for most values
+	for ; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '|', '=', '\\':
 			b = append(b, '\\', c)

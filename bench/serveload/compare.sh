@@ -20,7 +20,9 @@
 # Settings (environment): ROUNDS (3), DURATION of each measured run (10s,
 # after 2 s of warm-up), INFLIGHT (64), CONNS gRPC connections (4), VALUES
 # (10000), APIS (grpc json), MEMORY=0 to leave out the memory store,
-# TOLLGATE_BASE=/path/to/tollgate to run a second tollgate binary on Redis
+# CLIENT of the gRPC load (lean, serveload's own HTTP/2 client, the least
+# CPU a call; grpc-go for grpc-go's client, as runs before the lean client
+# measured), TOLLGATE_BASE=/path/to/tollgate to run a second tollgate binary on Redis
 # beside this tree's (a build of an earlier commit: before and after in one
 # run) under the label BASE_LABEL (tollgate-base), PROFILE=file.pprof to take a CPU profile of tollgate on Redis under
 # gRPC load in the last round, RESULTS=file to keep the raw lines (TSV).
@@ -39,6 +41,7 @@ VALUES=${VALUES:-10000}
 APIS=${APIS:-grpc json}
 MEMORY=${MEMORY:-1}
 BASE_LABEL=${BASE_LABEL:-tollgate-base}
+CLIENT=${CLIENT:-lean}
 work=$(mktemp -d)
 tsv=${RESULTS:-$work/results.tsv}
 : >"$tsv"
@@ -74,7 +77,7 @@ load() {
       prof=$!
     fi
     case $api in
-      grpc) "$work/serveload" grpc --addr "$3" --conns "$CONNS" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$2" --label "$1" --tsv "$tsv" ;;
+      grpc) "$work/serveload" grpc --client "$CLIENT" --addr "$3" --conns "$CONNS" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$2" --label "$1" --tsv "$tsv" ;;
       json) "$work/serveload" json --url "$4" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$2" --label "$1" --tsv "$tsv" ;;
     esac
     if [ -n "$prof" ]; then wait "$prof" || true; fi
@@ -125,7 +128,7 @@ run_service() { # name round
   esac
 }
 
-echo "# $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $INFLIGHT in flight ($CONNS gRPC connections) over $VALUES values, $DURATION each, $ROUNDS rounds"
+echo "# $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $INFLIGHT in flight ($CONNS gRPC connections, $CLIENT client) over $VALUES values, $DURATION each, $ROUNDS rounds"
 n=${#services[@]}
 for r in $(seq "$ROUNDS"); do
   echo "## round $r, load average $(cut -d' ' -f1-3 /proc/loadavg)"

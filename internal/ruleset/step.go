@@ -111,6 +111,16 @@ type Request struct {
 // Begin starts a request whose caller's context is ctx.
 func (e *Engine) Begin(ctx context.Context) Request { return Request{e: e, ctx: ctx} }
 
+// BeginIn is Begin, making the context of the request's store calls in
+// room when the shared deadline serves: a caller that already allocates
+// memory of its own per request (the service, its response) keeps room
+// there and saves an allocation a request. room must not be used by
+// another request while this one may still use its context; nil makes a
+// new one, as Begin.
+func (e *Engine) BeginIn(ctx context.Context, room *guard.Room) Request {
+	return Request{e: e, ctx: ctx, room: room}
+}
+
 // End releases the request's deadline.
 func (q *Request) End() {
 	if q.cancel != nil {
