@@ -93,6 +93,11 @@ run_tollgate() { # label binary profile(0/1) extra-args...
   local pid=$!
   waitport "$gp"
   load "$label" "$pid" "127.0.0.1:$gp" "http://127.0.0.1:$hp/json" "$dp"
+  # Descriptors answered by the failure mode (the store failed or missed
+  # its deadline) are answers that made no decision: count them, so that a
+  # service that fails open under load cannot pass for a fast one.
+  curl -s "http://127.0.0.1:$hp/metrics" |
+    awk -v l="$label" '/^tollgate_serve_decisions_total/ && /outcome="fail_(open|closed)"/ {n += $NF} END {printf "%s\t%d\n", l, n}' >>"$work/failmode.tsv"
   stop "$pid"
 }
 
@@ -137,9 +142,15 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 
-python3 - "$tsv" "$BASE_LABEL redis" <<'EOF'
+touch "$work/failmode.tsv"
+python3 - "$tsv" "$BASE_LABEL redis" "$work/failmode.tsv" <<'EOF'
 import statistics, sys
 from collections import defaultdict
+
+failed = defaultdict(int)  # label -> descriptors answered by the failure mode, all runs and APIs
+for line in open(sys.argv[3]):
+    label, n = line.rstrip("\n").split("\t")
+    failed[label] += int(n)
 
 runs = defaultdict(list)  # (label, api) -> [(rate, p50, p99, cpu)], in round order
 for line in open(sys.argv[1]):
@@ -147,13 +158,13 @@ for line in open(sys.argv[1]):
     runs[(label, api)].append((float(rate), int(p50), int(p99), float(cpu) if cpu else float("nan")))
 
 med = lambda xs: statistics.median(xs)
-print("\n| service | API | rounds | decisions/s (median; min–max) | p50 | p99 (median; min–max) | service CPU/decision |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+print("\n| service | API | rounds | decisions/s (median; min–max) | p50 | p99 (median; min–max) | service CPU/decision | answered by the failure mode (all its runs, every API) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (label, api), rs in runs.items():
     rate = [r[0] for r in rs]; p99 = [r[2] for r in rs]
     print(f"| {label} | {api} | {len(rs)} | {med(rate):,.0f} ({min(rate):,.0f}–{max(rate):,.0f}) | "
           f"{med([r[1] for r in rs]) / 1000:.1f} ms | {med(p99) / 1000:.1f} ms ({min(p99) / 1000:.1f}–{max(p99) / 1000:.1f}) | "
-          f"{med([r[3] for r in rs]):.1f} µs |")
+          f"{med([r[3] for r in rs]):.1f} µs | {failed[label] if label in failed else '—'} |")
 
 def compare(a, b):
     for api in ("grpc", "json"):
