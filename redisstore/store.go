@@ -177,17 +177,25 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 
 // Key returns the Redis key that holds key's state under limit.
 func (s *Store) Key(key string, limit tollgate.Limit) string {
-	b := make([]byte, 0, len(s.prefix)+len(key)+24)
-	b = append(b, s.prefix...)
-	b = append(b, '{')
-	b = append(b, key...)
-	b = append(b, "}:"...)
+	// One allocation, the key's own: the period is formatted on the stack
+	// and the builder grown to the exact length, since Key is on every
+	// decision's path.
+	var num [20]byte
+	period := strconv.AppendInt(num[:0], int64(limit.Period/time.Microsecond), 10)
+	alg := ""
 	if int(limit.Algorithm) < len(keyNames) {
-		b = append(b, keyNames[limit.Algorithm]...)
+		alg = keyNames[limit.Algorithm]
 	}
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(limit.Period/time.Microsecond), 10)
-	return string(b)
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(key) + len(alg) + len(period) + 4)
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.WriteString(key)
+	b.WriteString("}:")
+	b.WriteString(alg)
+	b.WriteByte(':')
+	b.Write(period)
+	return b.String()
 }
 
 // AllowN implements tollgate.Store. Invalid input is rejected before
