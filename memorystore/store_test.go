@@ -242,3 +242,69 @@ func TestBlockMoveWhileDeciding(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockTablesDifferential: a store of two shards, whose tables move
+// into blocks and from block to block as keys arrive, decides exactly as a
+// store of 4,096 shards, whose tables stay small and its own, over random
+// decisions, reservations and settles of every algorithm on 60,000 keys,
+// with the clock moving forwards and, now and then, back.
+func TestBlockTablesDifferential(t *testing.T) {
+	t.Parallel()
+	clock := conformance.NewClock()
+	blocks := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(2))
+	small := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(4096))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(13, 17))
+	var limits []tollgate.Limit
+	for _, a := range tollgate.Algorithms() {
+		limits = append(limits,
+			tollgate.Limit{Algorithm: a, Rate: 5, Period: time.Second, Burst: 8},
+			tollgate.Limit{Algorithm: a, Rate: 100, Period: time.Minute, Burst: 20})
+	}
+	type reservation struct {
+		key      string
+		limit    tollgate.Limit
+		at       int64
+		reserved int
+	}
+	var open []reservation
+	var since time.Duration // the clock, from its base
+	const nkeys, steps = 60_000, 300_000
+	for step := range steps {
+		switch r := rng.IntN(100); {
+		case r < 2:
+			since -= time.Duration(rng.IntN(500)) * time.Millisecond
+		case r < 30:
+			since += time.Duration(rng.IntN(20_000)) * time.Microsecond
+		}
+		clock.Set(since)
+		key := fmt.Sprint("k", rng.IntN(nkeys))
+		limit := limits[rng.IntN(len(limits))]
+		n := rng.IntN(4)
+		if len(open) > 0 && rng.IntN(10) == 0 {
+			i := rng.IntN(len(open))
+			o := open[i]
+			open[i] = open[len(open)-1]
+			open = open[:len(open)-1]
+			actual := rng.IntN(2*o.reserved + 2)
+			got, gerr := blocks.SettleN(ctx, o.key, o.limit, o.at, o.reserved, actual)
+			want, werr := small.SettleN(ctx, o.key, o.limit, o.at, o.reserved, actual)
+			if got != want || (gerr == nil) != (werr == nil) {
+				t.Fatalf("step %d: settle %s %v %d→%d: %+v, %v; want %+v, %v", step, o.key, o.limit, o.reserved, actual, got, gerr, want, werr)
+			}
+			continue
+		}
+		got, at, gerr := blocks.ReserveN(ctx, key, limit, n)
+		want, wat, werr := small.ReserveN(ctx, key, limit, n)
+		if got != want || at != wat || (gerr == nil) != (werr == nil) {
+			t.Fatalf("step %d: %s %v n=%d: %+v at %d, %v; want %+v at %d, %v", step, key, limit, n, got, at, gerr, want, wat, werr)
+		}
+		if gerr == nil && got.Allowed && n > 0 && rng.IntN(4) == 0 {
+			open = append(open, reservation{key, limit, at, n})
+		}
+	}
+	if got, want := blocks.Stats().Keys, small.Stats().Keys; got != want {
+		t.Fatalf("Keys = %d, want %d", got, want)
+	}
+	t.Logf("%d keys in the end", blocks.Stats().Keys)
+}
