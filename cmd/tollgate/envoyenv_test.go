@@ -568,7 +568,10 @@ func TestServeEnvoyEnvironmentRedisTypes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			env := composeEnv(tc.start(t), runtimeTree(t, envoyEnvRules), "REDIS_TYPE="+tc.name)
-			p := startEnv(t, env)
+			// A deadline a loaded machine keeps: what is tested is the
+			// topology, not the default 50 ms, which a stalled call on a
+			// busy machine missed once (the request failed open).
+			p := startEnv(t, env, "--timeout", "5s")
 			if !p.readyWithin(15 * time.Second) {
 				t.Fatalf("not ready: Redis unreachable through %v", env)
 			}
