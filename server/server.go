@@ -787,7 +787,7 @@ func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLi
 }
 
 func remaining(res tollgate.Result) uint32 {
-	return uint32(min(max(res.Remaining, 0), math.MaxUint32))
+	return uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 }
 
 // point is rule r as the engine sees it: its failure mode (the server's
