@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -174,6 +175,19 @@ func (m *meter) Flush() {
 		m.written(http.StatusOK)
 	}
 	_ = http.NewResponseController(m.ResponseWriter).Flush()
+}
+
+// ReadFrom writes r's bytes as the body through the writer underneath's
+// own ReadFrom when it has one, as io.Copy would without the meter:
+// net/http's sends a file with sendfile.
+func (m *meter) ReadFrom(r io.Reader) (int64, error) {
+	if m.status == 0 {
+		m.written(http.StatusOK)
+	}
+	if rf, ok := m.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{m.ResponseWriter}, r)
 }
 
 // Unwrap gives http.ResponseController the writer underneath.

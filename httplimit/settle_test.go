@@ -511,3 +511,50 @@ func TestSettleStoreFails(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleReaderFrom: a body the handler copies in (io.Copy,
+// http.ServeContent) reaches the writer underneath through its own
+// ReadFrom — net/http's sends a file with sendfile — and the response is
+// metered as a written one: its hidden header kept from the client and
+// its cost settled.
+func TestSettleReaderFrom(t *testing.T) {
+	t.Parallel()
+	lim := mustNew(t, memorystore.New(), []httplimit.Rule{tokenRule(&httplimit.Settle{Header: "X-Tokens-Used", Hide: true})})
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Tokens-Used", "1")
+		// A LimitedReader has no WriteTo: io.Copy asks w for ReadFrom.
+		_, _ = io.Copy(w, io.LimitReader(strings.NewReader("the body"), 100))
+	}))
+	rec := httptest.NewRecorder()
+	w := &readerFrom{ResponseWriter: rec}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1"
+	h.ServeHTTP(w, r)
+	if err := lim.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.calls, 1; got != want {
+		t.Errorf("ReadFrom of the writer underneath called %d times, want %d", got, want)
+	}
+	if got, want := rec.Body.String(), "the body"; got != want {
+		t.Errorf("body %q, want %q", got, want)
+	}
+	if got := rec.Header().Get("X-Tokens-Used"); got != "" {
+		t.Errorf("hidden header reached the client: %q", got)
+	}
+	next := do(h, "GET", "/", "192.0.2.1:1", nil)
+	if got, want := remaining(t, next.Header(), "tokens")+4, int64(9); got != want {
+		t.Errorf("remaining after the settle = %d, want %d", got, want)
+	}
+}
+
+// readerFrom is a ResponseWriter with a ReadFrom of its own, counted.
+type readerFrom struct {
+	http.ResponseWriter
+	calls int
+}
+
+func (w *readerFrom) ReadFrom(r io.Reader) (int64, error) {
+	w.calls++
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
+}
