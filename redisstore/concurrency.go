@@ -3,13 +3,11 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
 )
 
 // The concurrency scripts: lua/lib.lua followed by lua/concurrency_*.lua,
@@ -42,19 +40,6 @@ func (s *Store) ConcurrencyKey(key string) string {
 	return s.prefix + "{" + key + "}:conc"
 }
 
-// nowArg returns the scripts' now argument: empty for the Redis server's TIME,
-// else the store's clock in µs.
-func (s *Store) nowArg() (string, error) {
-	if s.now == nil {
-		return "", nil
-	}
-	t := s.now().UnixMicro()
-	if t < 0 || t > exact.MaxNow {
-		return "", fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", s.now())
-	}
-	return strconv.FormatInt(t, 10), nil
-}
-
 // Acquire implements tollgate.ConcurrencyStore: one script call
 // (lua/concurrency_acquire.lua) drops the key's lapsed permits and adds a
 // new one if fewer than max remain. Invalid input is rejected before
@@ -82,7 +67,7 @@ func (s *Store) AcquireID(ctx context.Context, key, id string, max int, lease ti
 // acquire runs the acquire script for the permit id, checked.
 func (s *Store) acquire(ctx context.Context, key, id string, max int, leaseUS int64) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
 	res := tollgate.ConcurrencyResult{Max: max}
-	now, err := s.nowArg()
+	now, err := s.clock()
 	if err != nil {
 		return tollgate.Permit{}, res, err
 	}
@@ -114,7 +99,7 @@ func (s *Store) Release(ctx context.Context, p tollgate.Permit) error {
 	if err := tollgate.CheckPermit(p); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	now, err := s.nowArg()
+	now, err := s.clock()
 	if err != nil {
 		return err
 	}
@@ -139,7 +124,7 @@ func (s *Store) Renew(ctx context.Context, p tollgate.Permit, lease time.Duratio
 	if err != nil {
 		return p, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	now, err := s.nowArg()
+	now, err := s.clock()
 	if err != nil {
 		return p, err
 	}
