@@ -20,9 +20,8 @@ import (
 // client ends a call there — go-redis's ContextTimeoutEnabled — it goes
 // from the caller's goroutine, exactly as without pipelining; otherwise from
 // a goroutine of its own, so that the caller can leave when its context
-// ends.) Decisions made
-// while a round trip is in flight are gathered,
-// and the batch goes when that round trip returns, when it reaches maxBatch
+// ends.) Decisions made while a round trip is in flight are gathered, and
+// the batch goes when that round trip returns, when it reaches maxBatch
 // decisions, or when its first decision has waited window, whichever comes
 // first; so under load each round trip carries what arrived during the last
 // one, and window only bounds the wait behind a slow round trip.

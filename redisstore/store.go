@@ -160,7 +160,8 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
-	if _, ok := client.(*redis.Client); ok && !s.pipeSet {
+	_, single := client.(*redis.Client)
+	if single && !s.pipeSet {
 		WithPipeline(time.Millisecond, 64)(s)
 	}
 	if s.pipe != nil {
@@ -168,9 +169,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.pipe.fn = &s.fn
 		s.pipe.one = s.run
 		s.pipe.direct = deadlineBound(client)
-		if _, ok := client.(*redis.Client); ok {
-			s.pipe.batching = !s.noBatch // see WithBatching
-		}
+		s.pipe.batching = single && !s.noBatch // see WithBatching
 	}
 	return s
 }
