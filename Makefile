@@ -34,6 +34,8 @@ check:
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -s would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	@# The public API: exported names per package, as scripts/apicount counts them.
+	$(GO) run ./scripts/apicount
 	@# 32-bit platforms: everything builds but the test-only conformance package.
 	GOARCH=386 $(GO) build $$($(GO) list ./... | grep -v /internal/conformance)
 
