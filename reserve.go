@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // Settler is a Store that can correct what a key spent once a request's real

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 )
 
 // versionFile is a rules file whose domain names its version.

@@ -25,7 +25,7 @@ import (
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )

@@ -22,8 +22,8 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/grpclimit"
-	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )

@@ -4,12 +4,12 @@ import (
 	"math/bits"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // This file is the Go twin of redisstore/lua/*.lua: the same integer
 // arithmetic, step for step, so that a key decides identically in memory and
-// in Redis (internal/conformance proves it). Read a script's header for the
+// in Redis (internal/test/conformance proves it). Read a script's header for the
 // reasoning; the comments here note only where Go differs in form.
 //
 // Times are µs since the Unix epoch, tokens are fixed-point units (Params.Unit

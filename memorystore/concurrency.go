@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // Concurrency is a tollgate.ConcurrencyStore in process memory: concurrency

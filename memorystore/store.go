@@ -35,7 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // Store is an in-memory tollgate.Store. Create it with New; it is safe for

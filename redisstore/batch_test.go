@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/conformance"
+	"github.com/tollgate/tollgate/internal/test/model"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

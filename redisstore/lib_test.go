@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/test/conformance"
+	"github.com/tollgate/tollgate/internal/store/exact"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
 // TestMulDiv runs lib.lua's exact multiply-divide in Redis on cases where a
-// double is one off, and at the limits; internal/exact computes the same in
+// double is one off, and at the limits; internal/store/exact computes the same in
 // Go.
 func TestMulDiv(t *testing.T) {
 	t.Parallel()
@@ -58,7 +58,7 @@ func TestMulDiv(t *testing.T) {
 	}
 }
 
-// TestMulDivRandom compares lib.lua's muldiv with internal/exact's on random
+// TestMulDivRandom compares lib.lua's muldiv with internal/store/exact's on random
 // operands of every size up to 2^53.
 func TestMulDivRandom(t *testing.T) {
 	t.Parallel()

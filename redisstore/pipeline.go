@@ -95,7 +95,7 @@ func WithPipeline(window time.Duration, maxBatch int) Option {
 // of several keys in one slot is answered TRYAGAIN while that slot
 // migrates, and go-redis v9.23's pipeline retry of it writes one command
 // from two goroutines at once (the race detector shows it in every run of
-// internal/faulttest's resharding test with Cluster batches). The same
+// internal/test/faulttest's resharding test with Cluster batches). The same
 // holds for any other client, such as a *redis.Ring.
 func WithBatching(on bool) Option {
 	return func(s *Store) { s.noBatch = !on }

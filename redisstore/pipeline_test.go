@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/conformance"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // SettleN implements tollgate.Settler: one call of lua/settle.lua (or of

@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
@@ -251,7 +251,7 @@ func TestSettleTwoProcesses(t *testing.T) {
 	}
 	end := tm.Val().UnixMicro()
 
-	// The model (internal/model, exact and independent of both stores)
+	// The model (internal/test/model, exact and independent of both stores)
 	// replays every call, one by one, on its own clock set to the call's
 	// time.
 	clock := conformance.NewClock()

@@ -48,7 +48,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 //go:embed lua/*.lua
@@ -308,7 +308,7 @@ func (s *Store) result(limit tollgate.Limit, reply any, err error) (tollgate.Res
 // ClusterStateReloadInterval, a minute by default. Without a nudge, the keys
 // of a master that died keep going to its address for up to that minute,
 // although the cluster promoted a replica within seconds
-// (internal/faulttest measures both). So a failure that a failover explains
+// (internal/test/faulttest measures both). So a failure that a failover explains
 // — a network error, a timeout, CLUSTERDOWN — asks for a reload; go-redis
 // runs at most one at a time, 200 ms apart, so a storm of errors costs a
 // few CLUSTER SLOTS a second.

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/conformance"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/guard"
-	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

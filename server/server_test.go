@@ -18,9 +18,9 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/enforce"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/storekey"
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )

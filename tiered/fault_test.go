@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/redisstore"
 	"github.com/tollgate/tollgate/tiered"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
+	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/tiered"
 )

@@ -8,7 +8,7 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/tollgate/tollgate/internal/lab"
+	"github.com/tollgate/tollgate/internal/tools/lab"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 )
 
 // The tests below change the rules under a running tollgate serve the way

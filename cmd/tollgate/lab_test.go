@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/internal/sim"
+	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/tools/sim"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

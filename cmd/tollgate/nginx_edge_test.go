@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 )
 
 // edgeConf is the shipped two-layer configuration and the edge limit it

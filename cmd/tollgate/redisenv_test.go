@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 )
 
 // secret is the Redis password in these tests; no log line may show it.

@@ -32,8 +32,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 )
 
 // The tests below build the real tollgate binary once and run it as a

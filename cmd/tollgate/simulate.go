@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/lab"
-	"github.com/tollgate/tollgate/internal/sim"
+	"github.com/tollgate/tollgate/internal/tools/lab"
+	"github.com/tollgate/tollgate/internal/tools/sim"
 )
 
 func init() {

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/internal/testkit"
+	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 )
 
 // replica is one example server running as a process of its own.

@@ -1,6 +1,6 @@
 // Package redisproc starts a redis-server for the benchmarks: on a free
 // loopback port, with no persistence, in a temporary directory, killed with
-// the benchmark. (The main module's internal/redistest does this for tests,
+// the benchmark. (The main module's internal/test/redistest does this for tests,
 // but an internal package cannot be imported from this module.)
 package redisproc
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 )
 
 // TestSentinelMasterKilled crashes the master of a Sentinel deployment (a

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/model"
 )
 
 // ModelTarget is a store checked against the reference model by

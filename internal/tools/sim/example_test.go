@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/sim"
+	"github.com/tollgate/tollgate/internal/tools/sim"
 )
 
 // A boundary attack on a limit of 10 per second: 10 requests just before

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 	"github.com/tollgate/tollgate/memorystore"
 )
 

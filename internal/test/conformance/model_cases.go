@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/model"
 )
 
 // ModelCase is a short sequence of calls on one key whose every Result must

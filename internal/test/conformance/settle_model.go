@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/model"
 )
 
 // SettleModel runs, for every algorithm, steps random calls through the

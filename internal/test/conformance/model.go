@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/model"
 )
 
 // ModelStore is a tollgate.Store that decides with the reference model in
-// internal/model, reading time from a clock: the model as a Backend, so
+// internal/test/model, reading time from a clock: the model as a Backend, so
 // the hand-computed scenarios check the oracle too. It validates requests
 // as every Store does (tollgate.CheckRequest) before asking the model.
 type ModelStore struct {

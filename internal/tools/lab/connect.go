@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 )
 
 // DefaultURL is the Redis the demos use when REDIS_URL is empty.
@@ -42,7 +42,7 @@ type Redis struct {
 // another one. Connect
 // says on log which server it uses.
 //
-// The throwaway server is started by internal/redistest, the package the
+// The throwaway server is started by internal/test/redistest, the package the
 // tests use: it keeps no data on disk, listens on 127.0.0.1 only and, on
 // Linux, dies with this process even if it is killed.
 func Connect(ctx context.Context, url string, log io.Writer) (*Redis, error) {

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/exact"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // Cases where a double, ⌊v/from·to⌋ or ⌈v/from·to⌉, is one off; and the

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/conformance"
-	"github.com/tollgate/tollgate/internal/exact"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/conformance"
+	"github.com/tollgate/tollgate/internal/store/exact"
+	"github.com/tollgate/tollgate/internal/test/model"
 	"github.com/tollgate/tollgate/memorystore"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

@@ -1,6 +1,6 @@
 // Package faulttest holds tollgate's fault tests: redisstore under load from
 // many goroutines while real redis-server processes (started by
-// internal/redistest) crash, hang, come back empty, fail over or move slots.
+// internal/test/redistest) crash, hang, come back empty, fail over or move slots.
 // It has no code of its own besides this comment; the tests are the point.
 //
 // What the tests establish, each on real processes:

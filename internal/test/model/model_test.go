@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/model"
+	"github.com/tollgate/tollgate/internal/test/model"
 )
 
 const (
