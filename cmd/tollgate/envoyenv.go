@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 	"github.com/tollgate/tollgate/tiered"
 )
 
@@ -670,7 +670,7 @@ func (x *envoyExtras) withLocalCache(rs tollgate.Store, log *slog.Logger) tollga
 
 // servePrometheus serves srv's metrics on --prometheus-addr until the
 // returned server is closed; it returns nil when there is none.
-func (x *envoyExtras) servePrometheus(srv *server.Server, conns *connFlags, log *slog.Logger) (*http.Server, error) {
+func (x *envoyExtras) servePrometheus(srv *service.Server, conns *connFlags, log *slog.Logger) (*http.Server, error) {
 	if x.promAddr == "" {
 		return nil, nil
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 )
 
 // The two calls Envoy's rate limit filter makes for one request, as the
@@ -36,7 +36,7 @@ func withHitsAddend(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescri
 // streamDone is the stream-done descriptor of a route whose start
 // descriptor is pairs: the same entries and the phase marker.
 func streamDone(hits uint64, pairs ...string) *rlv3.RateLimitDescriptor {
-	return withHitsAddend(desc(append(pairs, server.PhaseKey, server.PhaseStreamDone)...), hits)
+	return withHitsAddend(desc(append(pairs, service.PhaseKey, service.PhaseStreamDone)...), hits)
 }
 
 // TestServeStreamDone runs Envoy's two-call flow against tollgate serve
@@ -141,7 +141,7 @@ descriptors:
 					return
 				}
 				id := fmt.Sprintf("req-%d-%s", i, randomID())
-				resp, err := a.rls.ShouldRateLimit(t.Context(), request("llm", desc("tenant", "acme", server.PermitKey, id)))
+				resp, err := a.rls.ShouldRateLimit(t.Context(), request("llm", desc("tenant", "acme", service.PermitKey, id)))
 				if err != nil {
 					errs <- err
 					return
@@ -155,7 +155,7 @@ descriptors:
 					inFlight.Add(-1)
 				}
 				// Envoy makes the stream-done call for a denied request too.
-				if _, err := b.rls.ShouldRateLimit(t.Context(), request("llm", desc("tenant", "acme", server.PhaseKey, server.PhaseStreamDone, server.PermitKey, id))); err != nil {
+				if _, err := b.rls.ShouldRateLimit(t.Context(), request("llm", desc("tenant", "acme", service.PhaseKey, service.PhaseStreamDone, service.PermitKey, id))); err != nil {
 					errs <- err
 					return
 				}
@@ -176,21 +176,21 @@ descriptors:
 	}
 	// Every slot was released through the other replica: all max are free.
 	for i := range max {
-		if got, want := codesOf(a.ask(request("llm", desc("tenant", "acme", server.PermitKey, fmt.Sprintf("after-%d", i))))), "OK: OK"; got != want {
+		if got, want := codesOf(a.ask(request("llm", desc("tenant", "acme", service.PermitKey, fmt.Sprintf("after-%d", i))))), "OK: OK"; got != want {
 			t.Fatalf("after the run, slot %d: %s, want %s", i, got, want)
 		}
 	}
-	if got, want := codesOf(b.ask(request("llm", desc("tenant", "acme", server.PermitKey, "one-too-many")))), "OVER_LIMIT: OVER_LIMIT"; got != want {
+	if got, want := codesOf(b.ask(request("llm", desc("tenant", "acme", service.PermitKey, "one-too-many")))), "OVER_LIMIT: OVER_LIMIT"; got != want {
 		t.Fatalf("after the run, one more: %s, want %s", got, want)
 	}
 
 	// A request whose release is lost: its slot comes back when its lease
 	// ends, and not before the other replica has seen it taken.
-	if got, want := codesOf(a.ask(request("llm", desc("lost", "x", server.PermitKey, "crashed")))), "OK: OK"; got != want {
+	if got, want := codesOf(a.ask(request("llm", desc("lost", "x", service.PermitKey, "crashed")))), "OK: OK"; got != want {
 		t.Fatalf("lost: first start %s, want %s", got, want)
 	}
 	taken := time.Now()
-	resp := b.ask(request("llm", desc("lost", "x", server.PermitKey, "waiting")))
+	resp := b.ask(request("llm", desc("lost", "x", service.PermitKey, "waiting")))
 	if got, want := codesOf(resp), "OVER_LIMIT: OVER_LIMIT"; got != want {
 		t.Fatalf("lost: second start %s, want %s", got, want)
 	}
@@ -198,7 +198,7 @@ descriptors:
 		t.Errorf("lost: duration_until_reset %ds, want 1 to 2 s (until the lease ends)", got)
 	}
 	for {
-		resp := b.ask(request("llm", desc("lost", "x", server.PermitKey, "waiting")))
+		resp := b.ask(request("llm", desc("lost", "x", service.PermitKey, "waiting")))
 		if resp.OverallCode == pb.RateLimitResponse_OK {
 			break
 		}
@@ -242,10 +242,10 @@ func TestServeConcurrencyMemory(t *testing.T) {
 		descs []string
 		want  string
 	}{
-		{[]string{"tenant", "acme", server.PermitKey, "a"}, "OK: OK"},
-		{[]string{"tenant", "acme", server.PermitKey, "b"}, "OVER_LIMIT: OVER_LIMIT"},
-		{[]string{"tenant", "acme", server.PhaseKey, server.PhaseStreamDone, server.PermitKey, "a"}, "OK: OK"},
-		{[]string{"tenant", "acme", server.PermitKey, "b"}, "OK: OK"},
+		{[]string{"tenant", "acme", service.PermitKey, "a"}, "OK: OK"},
+		{[]string{"tenant", "acme", service.PermitKey, "b"}, "OVER_LIMIT: OVER_LIMIT"},
+		{[]string{"tenant", "acme", service.PhaseKey, service.PhaseStreamDone, service.PermitKey, "a"}, "OK: OK"},
+		{[]string{"tenant", "acme", service.PermitKey, "b"}, "OK: OK"},
 	} {
 		if got := codesOf(p.ask(request("llm", desc(step.descs...)))); got != step.want {
 			t.Fatalf("step %d (%s): %s, want %s", i, strings.Join(step.descs, " "), got, step.want)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/guard"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 )
 
 // redisTarget is where the Redis store is and how to sign in to it, from
@@ -26,16 +26,16 @@ type redisTarget struct {
 	// fromArgv: the URL on the command line carries a password, which
 	// every local user can read with ps.
 	fromArgv bool
-	redact   *server.Redactor
-	tls      []server.RedisOption // the TLS flags', set after resolveRedis
+	redact   *service.Redactor
+	tls      []service.RedisOption // the TLS flags', set after resolveRedis
 }
 
 // options returns the options NewRedisClient needs for the target.
-func (r redisTarget) options() []server.RedisOption {
+func (r redisTarget) options() []service.RedisOption {
 	if !r.hasPassword {
 		return r.tls
 	}
-	return append([]server.RedisOption{server.WithRedisPassword(r.password)}, r.tls...)
+	return append([]service.RedisOption{service.WithRedisPassword(r.password)}, r.tls...)
 }
 
 // resolveRedis finds the Redis URL and password. Flags win over the
@@ -69,9 +69,9 @@ func resolveRedis(flagURL, passwordFile string, getenv env) (redisTarget, error)
 	}
 	t.fromArgv = fromFlag && urlHasPassword(t.url)
 	if t.hasPassword {
-		t.redact = server.NewRedactor(t.url, t.password)
+		t.redact = service.NewRedactor(t.url, t.password)
 	} else {
-		t.redact = server.NewRedactor(t.url)
+		t.redact = service.NewRedactor(t.url)
 	}
 	return t, nil
 }
@@ -124,11 +124,11 @@ func urlHasPassword(raw string) bool {
 // line per connection attempt — and without credentials.
 type redisLogger struct {
 	log    *slog.Logger
-	redact *server.Redactor
+	redact *service.Redactor
 	sample guard.Sampler
 }
 
-func newRedisLogger(log *slog.Logger, redact *server.Redactor, every time.Duration) *redisLogger {
+func newRedisLogger(log *slog.Logger, redact *service.Redactor, every time.Duration) *redisLogger {
 	return &redisLogger{log: log, redact: redact, sample: guard.Sampler{Every: every}}
 }
 

@@ -22,12 +22,12 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 )
 
 func init() {
@@ -75,20 +75,20 @@ type requestBounds struct {
 }
 
 func (b *requestBounds) register(fs *flag.FlagSet) {
-	fs.IntVar(&b.descriptors, "max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request; more is invalid (gRPC InvalidArgument, HTTP 400)")
-	fs.IntVar(&b.entries, "max-entries", server.DefaultMaxEntries, "most entries in one descriptor; more is invalid")
-	fs.IntVar(&b.hits, "max-hits", server.DefaultMaxHits, "largest hits_addend a caller may send; more is invalid (a sliding_window_log rule writes one entry per hit)")
-	fs.IntVar(&b.bytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest gRPC message or /json body; more is refused (ResourceExhausted, HTTP 413)")
+	fs.IntVar(&b.descriptors, "max-descriptors", service.DefaultMaxDescriptors, "most descriptors in one request; more is invalid (gRPC InvalidArgument, HTTP 400)")
+	fs.IntVar(&b.entries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor; more is invalid")
+	fs.IntVar(&b.hits, "max-hits", service.DefaultMaxHits, "largest hits_addend a caller may send; more is invalid (a sliding_window_log rule writes one entry per hit)")
+	fs.IntVar(&b.bytes, "max-request-bytes", service.DefaultMaxRequestBytes, "largest gRPC message or /json body; more is refused (ResourceExhausted, HTTP 413)")
 }
 
 // registerAuth registers the flags naming the headers the auth endpoint
 // reads the original request from.
 func (b *requestBounds) registerAuth(fs *flag.FlagSet) {
-	fs.StringVar(&b.uriHeader, "auth-uri-header", server.DefaultURIHeader, "/auth: the header the proxy passes the original request's URI in, and the only one read (X-Forwarded-Uri behind Traefik or Caddy)")
-	fs.StringVar(&b.methodHeader, "auth-method-header", server.DefaultMethodHeader, "/auth: the header the proxy passes the original request's method in, and the only one read (X-Forwarded-Method behind Traefik or Caddy)")
+	fs.StringVar(&b.uriHeader, "auth-uri-header", service.DefaultURIHeader, "/auth: the header the proxy passes the original request's URI in, and the only one read (X-Forwarded-Uri behind Traefik or Caddy)")
+	fs.StringVar(&b.methodHeader, "auth-method-header", service.DefaultMethodHeader, "/auth: the header the proxy passes the original request's method in, and the only one read (X-Forwarded-Method behind Traefik or Caddy)")
 }
 
-func (b *requestBounds) options() ([]server.Option, error) {
+func (b *requestBounds) options() ([]service.Option, error) {
 	for _, v := range []struct {
 		name string
 		n    int
@@ -97,8 +97,8 @@ func (b *requestBounds) options() ([]server.Option, error) {
 			return nil, fmt.Errorf("%s %d: want a positive number", v.name, v.n)
 		}
 	}
-	return []server.Option{server.WithMaxDescriptors(b.descriptors), server.WithMaxEntries(b.entries),
-		server.WithMaxHits(b.hits), server.WithMaxRequestBytes(b.bytes)}, nil
+	return []service.Option{service.WithMaxDescriptors(b.descriptors), service.WithMaxEntries(b.entries),
+		service.WithMaxHits(b.hits), service.WithMaxRequestBytes(b.bytes)}, nil
 }
 
 // multiFlag is a flag that may be given several times.
@@ -116,8 +116,8 @@ func (f *serveFlags) registerHTTP(fs *flag.FlagSet, trustedDefault string) {
 	fs.StringVar(&f.ipHeader, "client-ip-header", "X-Forwarded-For", "the header trusted proxies put the client's address in: X-Forwarded-For, Forwarded or X-Real-IP")
 }
 
-// httpRules builds the server.HTTPRules of the flags.
-func (f *serveFlags) httpRules() (server.HTTPRules, error) {
+// httpRules builds the service.HTTPRules of the flags.
+func (f *serveFlags) httpRules() (service.HTTPRules, error) {
 	var opts []clientip.Option
 	if f.trusted != "" {
 		opts = append(opts, clientip.TrustProxies(strings.Split(f.trusted, ",")...))
@@ -125,14 +125,14 @@ func (f *serveFlags) httpRules() (server.HTTPRules, error) {
 	opts = append(opts, clientip.FromHeader(f.ipHeader))
 	ip, err := clientip.New(opts...)
 	if err != nil {
-		return server.HTTPRules{}, fmt.Errorf("--trusted-proxies/--client-ip-header: %w", err)
+		return service.HTTPRules{}, fmt.Errorf("--trusted-proxies/--client-ip-header: %w", err)
 	}
 	for _, d := range f.descriptors {
-		if err := server.ParseDescriptorSpec(d); err != nil {
-			return server.HTTPRules{}, fmt.Errorf("--descriptor: %w", err)
+		if err := service.ParseDescriptorSpec(d); err != nil {
+			return service.HTTPRules{}, fmt.Errorf("--descriptor: %w", err)
 		}
 	}
-	return server.HTTPRules{Domain: f.domain, Descriptors: f.descriptors, ClientIP: ip}, nil
+	return service.HTTPRules{Domain: f.domain, Descriptors: f.descriptors, ClientIP: ip}, nil
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -157,7 +157,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 
 // setup builds the logger, the store and the server from the flags, loads
 // the rules, and returns a cleanup function.
-func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.Logger, func(), error) {
+func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog.Logger, func(), error) {
 	log, err := f.logger(stderr)
 	if err != nil {
 		return nil, nil, nil, err
@@ -191,9 +191,9 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*server.Server, *slog.
 		// microsecond), so a deadline would only cost a timer per request.
 		timeout = 0
 	}
-	srv, err := server.New(store.Store, append(opts,
-		server.WithTimeout(timeout), server.WithLogger(log), server.WithPing(store.ping), server.WithConcurrencyStore(store.conc),
-		server.WithParallelDescriptors(store.ping != nil))...) // a remote store: one round trip per request
+	srv, err := service.New(store.Store, append(opts,
+		service.WithTimeout(timeout), service.WithLogger(log), service.WithPing(store.ping), service.WithConcurrencyStore(store.conc),
+		service.WithParallelDescriptors(store.ping != nil))...) // a remote store: one round trip per request
 	if err != nil {
 		store.cleanup()
 		return nil, nil, nil, err
@@ -221,7 +221,7 @@ func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 
 // serverOptions checks the flags that become server options (all but the
 // timeout, which depends on the store) and returns those options.
-func (f *serveFlags) serverOptions() ([]server.Option, error) {
+func (f *serveFlags) serverOptions() ([]service.Option, error) {
 	mode, err := enforce.ParseFailureMode(f.failureMode)
 	if err != nil {
 		return nil, fmt.Errorf("--failure-mode %q: want open or closed", f.failureMode)
@@ -247,8 +247,8 @@ func (f *serveFlags) serverOptions() ([]server.Option, error) {
 	if err := f.rulesFiles.check(); err != nil {
 		return nil, err
 	}
-	return append(append(bounds, envoy...), server.WithFailureMode(mode), server.WithShadowMode(f.shadow),
-		server.WithLogInterval(f.logInterval), server.WithHeaders(flavor), server.WithLoadOptions(f.rulesFiles.options()...)), nil
+	return append(append(bounds, envoy...), service.WithFailureMode(mode), service.WithShadowMode(f.shadow),
+		service.WithLogInterval(f.logInterval), service.WithHeaders(flavor), service.WithLoadOptions(f.rulesFiles.options()...)), nil
 }
 
 // serveStore is the store serve decides with, and what goes with it.
@@ -272,7 +272,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	if target.fromArgv {
 		log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
 	}
-	client, err := server.NewRedisClient(target.url, target.options()...)
+	client, err := service.NewRedisClient(target.url, target.options()...)
 	if err != nil {
 		return serveStore{}, err
 	}
@@ -301,7 +301,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 
 // background starts what keeps a server current until ctx ends: the store
 // probe, the file watch and SIGHUP reloads.
-func (f *serveFlags) background(ctx context.Context, srv *server.Server, log *slog.Logger) {
+func (f *serveFlags) background(ctx context.Context, srv *service.Server, log *slog.Logger) {
 	go srv.Probe(ctx, time.Second)
 	if f.watch {
 		go func() {
@@ -484,7 +484,7 @@ func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, c
 
 // mux is serve's HTTP handler: srv's endpoints and /auth, which builds
 // descriptors from the original request as the flags say.
-func (o *serveOptions) mux(srv *server.Server) (*http.ServeMux, error) {
+func (o *serveOptions) mux(srv *service.Server) (*http.ServeMux, error) {
 	rules, err := o.f.httpRules()
 	if err != nil {
 		return nil, err
@@ -539,7 +539,7 @@ func (o *serveOptions) serveDebug(log *slog.Logger, rules func() *config.Rules) 
 
 // awaitStop waits for ctx to end (a signal) or a listener to fail, marks
 // srv not ready, and keeps serving for --shutdown-delay.
-func (o *serveOptions) awaitStop(ctx context.Context, errc <-chan error, srv *server.Server, log *slog.Logger) {
+func (o *serveOptions) awaitStop(ctx context.Context, errc <-chan error, srv *service.Server, log *slog.Logger) {
 	select {
 	case <-ctx.Done():
 		// Not ready first, then say so: whoever reads the log line (an
@@ -627,7 +627,7 @@ type envoyFlags struct {
 
 func (e *envoyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.compat, "compat", "", "envoy: answer exactly as envoyproxy/ratelimit where tollgate differs on purpose (limit_remaining 0 over the limit, denied hits counted, no Retry-After)")
-	fs.Float64Var(&e.nearLimit, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which hits count as near_limit in ratelimit_service_rate_limit_near_limit (envoy's NEAR_LIMIT_RATIO)")
+	fs.Float64Var(&e.nearLimit, "near-limit-ratio", service.DefaultNearLimitRatio, "share of a limit past which hits count as near_limit in ratelimit_service_rate_limit_near_limit (envoy's NEAR_LIMIT_RATIO)")
 	fs.BoolVar(&e.quota, "quota-mode", false, "every rule is a quota rule: a request is over the limit only when all the quota rules it touches are (envoy's QUOTA_MODE)")
 	fs.BoolVar(&e.metadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits to every gRPC answer as dynamic metadata (envoy's RESPONSE_DYNAMIC_METADATA; it carries descriptor values)")
 	fs.StringVar(&e.limitH, "header-limit", "", "name of the RateLimit-Limit field of --headers ratelimit (envoy's LIMIT_LIMIT_HEADER)")
@@ -635,7 +635,7 @@ func (e *envoyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.resetH, "header-reset", "", "name of the RateLimit-Reset field (envoy's LIMIT_RESET_HEADER)")
 }
 
-func (e *envoyFlags) options() ([]server.Option, error) {
+func (e *envoyFlags) options() ([]service.Option, error) {
 	switch e.compat {
 	case "", "envoy":
 	default:
@@ -644,7 +644,7 @@ func (e *envoyFlags) options() ([]server.Option, error) {
 	if !(e.nearLimit > 0 && e.nearLimit <= 1) {
 		return nil, fmt.Errorf("--near-limit-ratio %v: want 0 < ratio ≤ 1", e.nearLimit)
 	}
-	return []server.Option{server.WithEnvoyCompat(e.compat == "envoy"), server.WithNearLimitRatio(e.nearLimit),
-		server.WithQuotaMode(e.quota), server.WithResponseMetadata(e.metadata),
-		server.WithHeaderNames(e.limitH, e.remainingH, e.resetH)}, nil
+	return []service.Option{service.WithEnvoyCompat(e.compat == "envoy"), service.WithNearLimitRatio(e.nearLimit),
+		service.WithQuotaMode(e.quota), service.WithResponseMetadata(e.metadata),
+		service.WithHeaderNames(e.limitH, e.remainingH, e.resetH)}, nil
 }

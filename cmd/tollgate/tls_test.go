@@ -36,7 +36,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 )
 
 // The tests below make their own PKI: certificate authorities, server and
@@ -665,7 +665,7 @@ func TestRedisTLSKinds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := server.NewRedisClient(tc.url, opts...)
+			rc, err := service.NewRedisClient(tc.url, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -708,7 +708,7 @@ func TestRedisTLSKinds(t *testing.T) {
 	}
 }
 
-// TestRedisTLSPlainURL asks server.NewRedisClient for TLS settings on
+// TestRedisTLSPlainURL asks service.NewRedisClient for TLS settings on
 // plain URLs: it refuses rather than connect in plain text, without
 // quoting the password.
 func TestRedisTLSPlainURL(t *testing.T) {
@@ -718,7 +718,7 @@ func TestRedisTLSPlainURL(t *testing.T) {
 		"redis+sentinel://127.0.0.1:26379?master_name=m&password=hunter2secret",
 		"redis+cluster://:hunter2secret@127.0.0.1:7000",
 	} {
-		_, err := server.NewRedisClient(u, server.WithRedisTLS(server.RedisTLS{SkipVerifyHostname: true}))
+		_, err := service.NewRedisClient(u, service.WithRedisTLS(service.RedisTLS{SkipVerifyHostname: true}))
 		if err == nil {
 			t.Errorf("%s with TLS settings: no error", u)
 			continue

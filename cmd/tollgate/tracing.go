@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/guard"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 )
 
 // tracingFlags are serve's OpenTelemetry flags (docs/operations.md,
@@ -177,7 +177,7 @@ func (tr *tracing) grpcOptions() []grpc.ServerOption {
 	if tr.tp == nil {
 		return nil
 	}
-	return []grpc.ServerOption{server.TraceGRPC(tr.tp)}
+	return []grpc.ServerOption{service.TraceGRPC(tr.tp)}
 }
 
 // handler is h with /json and /auth traced, or h itself when tracing is
@@ -186,7 +186,7 @@ func (tr *tracing) handler(h http.Handler) http.Handler {
 	if tr.tp == nil {
 		return h
 	}
-	return server.TraceHTTP(tr.tp, h)
+	return service.TraceHTTP(tr.tp, h)
 }
 
 // shutdown sends the spans still queued, waiting up to timeout, and stops

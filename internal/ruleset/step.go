@@ -16,7 +16,7 @@ import (
 )
 
 // Engine is the one step behind every door: httplimit's and grpclimit's
-// rules (Rules) and the decision service (package server) spend a limit for
+// rules (Rules) and the decision service (internal/service) spend a limit for
 // a key through it, and nothing else calls the store to decide. Around the
 // store call it puts what a decision needs wherever it comes from:
 //

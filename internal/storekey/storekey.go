@@ -1,6 +1,6 @@
 // Package storekey turns namespaced keys into store keys the same way for
 // every door: the middleware's rules (package enforce) and the decision
-// service (package server).
+// service (internal/service).
 package storekey
 
 import (

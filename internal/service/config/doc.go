@@ -66,7 +66,7 @@
 //
 // It matches like any rule; what a server does with it — a slot taken when
 // a request starts, given back when it ends or when its lease runs out —
-// is the server's (see package server). Rules.Dump shows it as
+// is the service's (see internal/service). Rules.Dump shows it as
 // "domain.tenant: concurrency max_in_flight=5 lease=5m0s, ...".
 //
 // Anything else is an error naming the file, the line and the column, and

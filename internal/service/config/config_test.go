@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 func kvs(pairs ...string) []config.KV {

@@ -1,4 +1,4 @@
-package server_test
+package service_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/memorystore"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/service"
 )
 
 func ExampleServer_ShouldRateLimit() {
@@ -25,7 +25,7 @@ descriptors:
 		return
 	}
 	now := func() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }
-	srv, err := server.New(memorystore.New(memorystore.WithClock(now)), server.WithClock(now))
+	srv, err := service.New(memorystore.New(memorystore.WithClock(now)), service.WithClock(now))
 	if err != nil {
 		fmt.Println(err)
 		return

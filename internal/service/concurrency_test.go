@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/memorystore"
 )
 

@@ -1,11 +1,11 @@
-package server
+package service
 
 import (
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 // aliasBomb returns a rules file whose descriptors double at each of levels

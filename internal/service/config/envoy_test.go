@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 // envoyNames holds rules shaped as those envoyproxy/ratelimit checks its

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"math"
@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 // DefaultNearLimitRatio is the share of a limit past which hits count as

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/ruleset"
 )

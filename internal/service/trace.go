@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -40,7 +40,9 @@ import (
 // span, and what the decision records (traceDecision, traceStoreFailure)
 // finds the context's no-op span and returns at once, allocating nothing.
 
-// tracerName is the instrumentation scope of the server's spans.
+// tracerName is the instrumentation scope of the service's spans. It stays
+// the name spans have always carried, whatever package the service lives in:
+// trace queries and dashboards select spans by it.
 const tracerName = "github.com/tollgate/tollgate/server"
 
 // The attributes a decision span carries besides the transport's.

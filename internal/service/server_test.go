@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/storekey"

@@ -1,4 +1,4 @@
-// Package server is tollgate's decision service: the rate-limit service that
+// Package service is tollgate's decision service: the rate-limit service that
 // gateways call, a drop-in for envoyproxy/ratelimit.
 //
 // A Server holds the rules (package config) and a tollgate.Store, and
@@ -85,4 +85,4 @@
 // pair only (HTTPRules.URIHeader and MethodHeader), and its path is
 // normalized (NormalizePath) so that one resource spelt differently is one
 // counter.
-package server
+package service
