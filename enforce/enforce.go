@@ -1,9 +1,8 @@
-// Package enforce holds what every tollgate transport means by a rule:
-// named limits (Policy), what a rule does when the store fails
-// (FailureMode), the default deadline and log pace, and the Prometheus
-// metrics (Metrics). httplimit (net/http middleware) and grpclimit (gRPC
-// interceptors) apply rules with these; the configuration of the decision
-// service uses the same FailureMode.
+// Package enforce holds what every tollgate door means by a rule: named
+// limits (Policy), what a rule does when the store fails (FailureMode), and
+// the default deadline and log pace. httplimit (net/http middleware),
+// grpclimit (gRPC interceptors) and the rules files of tollgate serve all
+// use these, so a rule means the same thing at every door.
 //
 // # The model
 //
@@ -18,62 +17,78 @@
 // applies, in order, and the first that blocks stops the rest.
 //
 // When the store fails or misses the deadline (DefaultTimeout unless the
-// transport's WithTimeout says otherwise), a FailOpen rule lets the
-// request through and a FailClosed rule rejects it; either way the event
-// is counted, and logged at most once per log interval with the number of
-// events left out since (similar_events_not_logged), so a Redis outage
-// produces one line every few seconds, not one per request. A dry-run rule
-// decides and reports like any other but never blocks: its denials are
-// counted as dry_run_denied.
+// door's WithTimeout says otherwise), a FailOpen rule lets the request
+// through and a FailClosed rule rejects it; either way the event is
+// counted, and logged at most once per log interval (DefaultLogInterval)
+// with the number of events left out since (similar_events_not_logged), so
+// a Redis outage produces one line every few seconds, not one per request.
+// A dry-run rule decides and reports like any other but never blocks: its
+// denials are counted as dry_run_denied.
 package enforce
 
 import (
 	"fmt"
 	"strings"
+	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate"
 )
 
-// DefaultTimeout bounds each request's store calls when no WithTimeout is given
-// (50 ms): long enough for a Redis round trip under load, short enough that
-// a hung Redis cannot hold requests. Requests starting within 1/8 of it (at
-// most 1 ms) share one timer, so each gets between 50 and 51 ms.
-const DefaultTimeout = ruleset.DefaultTimeout
+// DefaultTimeout bounds each request's store calls when no WithTimeout is
+// given (50 ms): long enough for a Redis round trip under load, short
+// enough that a hung Redis cannot hold requests. Requests starting within
+// 1/8 of it (at most 1 ms) share one timer, so each gets between 50 and
+// 51 ms.
+const DefaultTimeout = 50 * time.Millisecond
 
 // DefaultLogInterval is how often, at most, store failures are logged when
-// no WithLogInterval is given: every door (httplimit, grpclimit, the
-// decision service) uses the same.
-const DefaultLogInterval = ruleset.DefaultLogInterval
+// no WithLogInterval is given: one record per 10 s keeps an outage visible
+// without flooding the log. Every door (httplimit, grpclimit, the decision
+// service and its Redis client's own lines) uses the same.
+const DefaultLogInterval = 10 * time.Second
 
 // Policy is a named limit: the name is what clients see in RateLimit-Policy
 // and RateLimit, and what a 429 body says was violated. Name is 1 to 64
 // printable ASCII characters without spaces, ':', '"' or '\'; two policies
 // of one rule must differ in algorithm or period, or they would share one
 // counter.
-type Policy = ruleset.Policy
+type Policy struct {
+	Name  string
+	Limit tollgate.Limit
+}
 
 // FailureMode says what a rule does when the store cannot decide. It is the
 // one failure mode of every door: httplimit and grpclimit rules, and the
-// rules files of the decision service (config.FailureMode is this type).
-// Its String is "default", "fail_open" or "fail_closed".
-type FailureMode = ruleset.FailureMode
+// rules files of the decision service.
+type FailureMode uint8
 
 const (
 	// FailDefault, the zero value, defers to the default of whoever applies
 	// the rule: httplimit and grpclimit fail open; the decision service
 	// applies its --failure-mode, and a rule in its rules file without
 	// failure_mode has this one.
-	FailDefault = ruleset.FailDefault
+	FailDefault FailureMode = iota
 	// FailOpen lets the request through: the usual choice for read-heavy
 	// endpoints, where an outage of the limiter must not take the API down.
-	FailOpen = ruleset.FailOpen
+	FailOpen
 	// FailClosed rejects the request (HTTP 503, gRPC UNAVAILABLE, the
 	// service's OVER_LIMIT): for login, payments and anything where
 	// unlimited traffic is the bigger risk.
-	FailClosed = ruleset.FailClosed
+	FailClosed
 )
+
+// String returns "fail_open", "fail_closed" or "default".
+func (m FailureMode) String() string {
+	switch m {
+	case FailDefault:
+		return "default"
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(m))
+}
 
 // ParseFailureMode reads "fail_open" or "fail_closed" (also "open",
 // "closed", with - or _, in any case), as FailureMode.String writes them.
@@ -85,28 +100,4 @@ func ParseFailureMode(s string) (FailureMode, error) {
 		return FailClosed, nil
 	}
 	return FailDefault, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
-}
-
-// Metrics are the Prometheus metrics of a limiter, registered on the
-// registry the caller passes (never the global one unless passed):
-//
-//	tollgate_<subsystem>_decisions_total{rule, outcome}       counter
-//	tollgate_<subsystem>_store_duration_seconds{rule}         histogram
-//	tollgate_<subsystem>_store_errors_total{rule}             counter
-//
-// outcome is one of allowed, denied, dry_run_denied, fail_open and
-// fail_closed, so the throttle ratio is denied / all, and fail-open events
-// are counted apart from normal traffic. A limiter given WithRegistry makes
-// its own; share one Metrics between limiters with WithMetrics.
-type Metrics = ruleset.Metrics
-
-// NewMetrics creates the metrics with the given subsystem ("http", "grpc")
-// and registers them on reg. It fails if reg already has them: give each
-// limiter on one registry its own subsystem, or share one Metrics.
-func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
-	m, err := ruleset.NewMetrics(reg, subsystem)
-	if err != nil {
-		return nil, fmt.Errorf("enforce: %w", err)
-	}
-	return m, nil
 }

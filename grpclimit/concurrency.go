@@ -14,13 +14,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
-
-// DefaultLease is the lease of a ConcurrencyRule that sets none: how long
-// a slot stays taken after the process holding it dies. Calls that run
-// longer keep theirs by renewing it.
-const DefaultLease = ruleset.DefaultLease
 
 // ConcurrencyRule limits how many of the calls it matches run at once for
 // each key: "at most 5 exports in flight per tenant". Where a Rule bounds
@@ -47,7 +44,7 @@ type ConcurrencyRule struct {
 	// process sharing the store: 1 to tollgate.MaxConcurrency.
 	Max int
 	// Lease is how long a slot is taken for before it lapses unless
-	// renewed (zero: DefaultLease); tollgate.MinLease to tollgate.MaxLease.
+	// renewed (zero: 30 s); tollgate.MinLease to tollgate.MaxLease.
 	// A call still running at half its lease renews it, in the background,
 	// every half lease until it ends. The lease is also how long a slot of
 	// a crashed process stays taken.
@@ -55,7 +52,7 @@ type ConcurrencyRule struct {
 	// FailureMode says what happens when the store fails or misses its
 	// deadline: FailOpen runs the call without a slot, FailClosed fails it
 	// with UNAVAILABLE and a RetryInfo; left zero, the rule fails open.
-	FailureMode FailureMode
+	FailureMode enforce.FailureMode
 }
 
 // ConcurrencyLimiter holds one ConcurrencyRule and makes its interceptors.
@@ -150,12 +147,12 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, method string) (*rules
 	h, res, outcome, _ := c.slots.Take(ctx, value)
 	name := c.slots.Name()
 	switch outcome {
-	case ruleset.FailedClosed:
+	case engine.FailedClosed:
 		st := status.New(codes.Unavailable, "grpclimit: concurrency limiter unavailable (rule "+strconv.Quote(name)+" fails closed)")
 		return nil, withDetails(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(c.slots.FailClosedRetryAfter())})
-	case ruleset.FailedOpen:
+	case engine.FailedOpen:
 		return nil, nil
-	case ruleset.Denied:
+	case engine.Denied:
 		st := status.New(codes.ResourceExhausted, "grpclimit: concurrency limit "+strconv.Quote(name)+" reached; retry in "+res.RetryAfter.String()+" at the latest")
 		return nil, withDetails(st,
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)},

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -199,7 +200,7 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 		if got, want := status.Code(err), codes.ResourceExhausted; got != want {
 			t.Errorf("denied call: %v, want %v", err, want)
 		}
-		if r := retryInfo(err); r == nil || r.GetRetryDelay().AsDuration() <= 0 || r.GetRetryDelay().AsDuration() > grpclimit.DefaultLease {
+		if r := retryInfo(err); r == nil || r.GetRetryDelay().AsDuration() <= 0 || r.GetRetryDelay().AsDuration() > 30*time.Second { // the default lease
 			t.Errorf("denied call's RetryInfo = %v, want a delay within a lease", r)
 		}
 	}
@@ -358,9 +359,9 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	st := redisstore.New(srv.Client(t))
 	var ran atomic.Int64
 	svc := &healthService{check: func(context.Context) error { ran.Add(1); return nil }}
-	clients := map[grpclimit.FailureMode]healthpb.HealthClient{}
+	clients := map[enforce.FailureMode]healthpb.HealthClient{}
 	logs := &testkit.Logs{}
-	for _, mode := range []grpclimit.FailureMode{grpclimit.FailOpen, grpclimit.FailClosed} {
+	for _, mode := range []enforce.FailureMode{enforce.FailOpen, enforce.FailClosed} {
 		conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
 			grpclimit.WithTimeout(time.Second), grpclimit.WithFailClosedRetryAfter(2*time.Second),
 			grpclimit.WithLogger(slog.New(logs)), grpclimit.WithLogInterval(time.Hour))
@@ -370,13 +371,13 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		mode  grpclimit.FailureMode
+		mode  enforce.FailureMode
 		code  codes.Code
 		retry time.Duration // 0: no RetryInfo
 		ran   int64         // handler runs after the three calls
 	}{
-		{grpclimit.FailOpen, codes.OK, 0, 3},
-		{grpclimit.FailClosed, codes.Unavailable, 2 * time.Second, 3},
+		{enforce.FailOpen, codes.OK, 0, 3},
+		{enforce.FailClosed, codes.Unavailable, 2 * time.Second, 3},
 	} {
 		for range 3 {
 			_, err := clients[tc.mode].Check(asTenant(context.Background(), "acme"), &healthpb.HealthCheckRequest{})

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -20,11 +21,11 @@ func Example() {
 			Name:     "reports",
 			Method:   "/acme.Reports/*",
 			Key:      grpclimit.Metadata("x-api-key"),
-			Policies: []grpclimit.Policy{{Name: "reports", Limit: tollgate.PerMinute(60)}},
+			Policies: []enforce.Policy{{Name: "reports", Limit: tollgate.PerMinute(60)}},
 		},
 		{
 			Name:     "peer",
-			Policies: []grpclimit.Policy{{Name: "peer", Limit: tollgate.PerSecond(100)}},
+			Policies: []enforce.Policy{{Name: "peer", Limit: tollgate.PerSecond(100)}},
 		},
 	})
 	if err != nil {
@@ -47,7 +48,7 @@ func ExampleSettle() {
 		Name:     "completions",
 		Method:   "/acme.Model/Complete",
 		Key:      tenant,
-		Policies: []grpclimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10_000)}},
+		Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10_000)}},
 		Cost:     func(context.Context, string) int { return 500 },
 		Settle:   &grpclimit.Settle{Trailer: "x-tokens-used", Hide: true, Refund: grpclimit.ServerError},
 	}})

@@ -6,7 +6,7 @@
 //		Name:     "reports",
 //		Method:   "/acme.Reports/*",
 //		Key:      grpclimit.Metadata("x-api-key"),
-//		Policies: []grpclimit.Policy{{Name: "reports", Limit: tollgate.PerMinute(60)}},
+//		Policies: []enforce.Policy{{Name: "reports", Limit: tollgate.PerMinute(60)}},
 //	}})
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
@@ -58,20 +58,8 @@ import (
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/ruleset"
-)
-
-// Policy is a named limit (see enforce.Policy).
-type Policy = enforce.Policy
-
-// FailureMode says what a rule does when the store fails (see
-// enforce.FailureMode).
-type FailureMode = enforce.FailureMode
-
-// The failure modes.
-const (
-	FailOpen   = enforce.FailOpen
-	FailClosed = enforce.FailClosed
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
 
 // Rule says which calls to limit, by what key, under which limits.
@@ -88,15 +76,15 @@ type Rule struct {
 	// address.
 	Key Key
 	// Policies are the limits, checked in order (see httplimit.Rule).
-	Policies []Policy
+	Policies []enforce.Policy
 	// PoliciesFunc, if set, picks the policies per call instead.
-	PoliciesFunc func(ctx context.Context, fullMethod string) []Policy
+	PoliciesFunc func(ctx context.Context, fullMethod string) []enforce.Policy
 	// Cost, if set, says what a call spends (default 1); below 1 it is not
 	// counted. With Settle, it is the estimate reserved before the handler
 	// runs.
 	Cost func(ctx context.Context, fullMethod string) int
-	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
-	FailureMode FailureMode
+	// FailureMode: enforce.FailOpen or enforce.FailClosed; left zero, the rule fails open.
+	FailureMode enforce.FailureMode
 	// DryRun rules report (metadata, metrics) but never block. A dry-run
 	// rule that settles settles too: it counts.
 	DryRun bool
@@ -218,9 +206,6 @@ func WithHeaders(f headers.Flavor) Option { return ruleset.WithHeaders(f) }
 // and for rules that settle tollgate_grpc_bad_costs_total) on reg.
 func WithRegistry(reg prometheus.Registerer) Option { return ruleset.WithRegistry(reg) }
 
-// WithMetrics records into m, shared with other Limiters.
-func WithMetrics(m *enforce.Metrics) Option { return ruleset.WithMetrics(m) }
-
 // WithLogger logs store failures to lg (default slog.Default()).
 func WithLogger(lg *slog.Logger) Option { return ruleset.WithLogger(lg) }
 
@@ -276,7 +261,7 @@ func spec(cfg Rule) (ruleset.Spec[call], error) {
 		s.Applies = func(c call) bool { return applies(c.ctx, c.method) }
 	}
 	if f := cfg.PoliciesFunc; f != nil {
-		s.PoliciesFunc = func(c call) []Policy { return f(c.ctx, c.method) }
+		s.PoliciesFunc = func(c call) []enforce.Policy { return f(c.ctx, c.method) }
 	}
 	if f := cfg.Cost; f != nil {
 		s.Cost = func(c call) int { return f(c.ctx, c.method) }
@@ -384,7 +369,7 @@ func (l *Limiter) denial(v ruleset.Verdict) error {
 	var st *status.Status
 	var details []protoadapt.MessageV1
 	switch {
-	case v.Outcome == ruleset.FailedClosed:
+	case v.Outcome == engine.FailedClosed:
 		st = status.New(codes.Unavailable, "grpclimit: rate limiter unavailable (rule "+strconv.Quote(v.Rule)+" fails closed)")
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(l.rules.FailClosedRetryAfter())})
 	case errors.Is(v.Err, tollgate.ErrCostExceedsBurst):

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/test/redistest"
@@ -109,7 +110,7 @@ func TestUnary(t *testing.T) {
 			lim := mustNew(t, b.store(t, newClock()), []grpclimit.Rule{{
 				Name:     "health",
 				Method:   "/grpc.health.v1.Health/Check",
-				Policies: []grpclimit.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
+				Policies: []enforce.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
 			}})
 			c := serve(t, lim)
 			ctx := context.Background()
@@ -166,7 +167,7 @@ func TestStream(t *testing.T) {
 		Name:     "watch",
 		Method:   "/grpc.health.v1.Health/*",
 		Key:      grpclimit.Metadata("x-api-key"),
-		Policies: []grpclimit.Policy{{Name: "streams", Limit: tollgate.PerMinute(1)}},
+		Policies: []enforce.Policy{{Name: "streams", Limit: tollgate.PerMinute(1)}},
 	}})
 	c := serve(t, lim)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -195,7 +196,7 @@ func TestStream(t *testing.T) {
 // trusted proxy, walking from the right.
 func TestPeerAndSpoofing(t *testing.T) {
 	t.Parallel()
-	rules := []grpclimit.Rule{{Name: "ip", Policies: []grpclimit.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}}}}
+	rules := []grpclimit.Rule{{Name: "ip", Policies: []enforce.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}}}}
 	calls := func(c healthpb.HealthClient, xffs ...string) []codes.Code {
 		var out []codes.Code
 		for _, x := range xffs {
@@ -222,10 +223,10 @@ func TestPeerAndSpoofing(t *testing.T) {
 func TestRedisStopped(t *testing.T) {
 	t.Parallel()
 	srv := redistest.NewServer(t)
-	limit := []grpclimit.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
+	limit := []enforce.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
 	lim := mustNew(t, redisstore.New(srv.Client(t)), []grpclimit.Rule{
-		{Name: "check", Method: "/grpc.health.v1.Health/Check", FailureMode: grpclimit.FailClosed, Policies: limit},
-		{Name: "list", Method: "/grpc.health.v1.Health/List", FailureMode: grpclimit.FailOpen, Policies: limit},
+		{Name: "check", Method: "/grpc.health.v1.Health/Check", FailureMode: enforce.FailClosed, Policies: limit},
+		{Name: "list", Method: "/grpc.health.v1.Health/List", FailureMode: enforce.FailOpen, Policies: limit},
 	})
 	c := serve(t, lim)
 	ctx := context.Background()
@@ -247,7 +248,7 @@ func TestRedisStopped(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	ok := []grpclimit.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
+	ok := []enforce.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
 	for _, rules := range [][]grpclimit.Rule{
 		{{Name: "", Policies: ok}},
 		{{Name: "a", Method: "pkg.Svc/M", Policies: ok}},
@@ -268,7 +269,7 @@ func TestClock(t *testing.T) {
 	c := newClock()
 	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []grpclimit.Rule{{
 		Name:     "health",
-		Policies: []grpclimit.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
+		Policies: []enforce.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
 	}}, grpclimit.WithHeaders(headers.XRateLimit), grpclimit.WithClock(c.Now))
 	md, err := check(context.Background(), serve(t, lim), nil)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -43,7 +44,7 @@ func TestKeysCannotBeForged(t *testing.T) {
 			c := serve(t, mustNew(t, memorystore.New(), []grpclimit.Rule{{
 				Name:     "r",
 				Key:      tc.key,
-				Policies: []grpclimit.Policy{{Name: "hourly", Limit: tollgate.PerHour(1)}},
+				Policies: []enforce.Policy{{Name: "hourly", Limit: tollgate.PerHour(1)}},
 			}}))
 			var got []codes.Code
 			for _, md := range []metadata.MD{tc.attacker, tc.victim, tc.victim} {

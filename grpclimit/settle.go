@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
 
 // Settle makes a Rule's Cost an estimate, corrected once the call is done,

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -165,7 +166,7 @@ func genRule(s *grpclimit.Settle) grpclimit.Rule {
 	return grpclimit.Rule{
 		Name:     "llm",
 		Method:   "/test.Gen/*",
-		Policies: []grpclimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
+		Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
 		Cost:     func(context.Context, string) int { return 4 },
 		Settle:   s,
 	}

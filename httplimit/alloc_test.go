@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
@@ -38,7 +39,7 @@ func TestAllocsPerRequest(t *testing.T) {
 			lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
 				Name:     "api",
 				Pattern:  "/api/",
-				Policies: []httplimit.Policy{{Name: "api", Limit: limit}},
+				Policies: []enforce.Policy{{Name: "api", Limit: limit}},
 			}}, tc.opts...)
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
@@ -70,7 +71,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
 				Name:     "api",
 				Pattern:  "/api/",
-				Policies: []httplimit.Policy{{Name: "api", Limit: limit}},
+				Policies: []enforce.Policy{{Name: "api", Limit: limit}},
 			}}, tc.opts...)
 			if err != nil {
 				b.Fatal(err)

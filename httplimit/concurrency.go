@@ -6,14 +6,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
-
-// DefaultLease is the lease of a ConcurrencyRule that sets none: how long
-// a slot stays taken after the process holding it dies. Requests that run
-// longer keep theirs by renewing it.
-const DefaultLease = ruleset.DefaultLease
 
 // ConcurrencyRule limits how many of the requests it matches run at once
 // for each key: "at most 5 exports in flight per tenant". Where a Rule
@@ -39,7 +36,7 @@ type ConcurrencyRule struct {
 	// process sharing the store: 1 to tollgate.MaxConcurrency.
 	Max int
 	// Lease is how long a slot is taken for before it lapses unless
-	// renewed (zero: DefaultLease); tollgate.MinLease to tollgate.MaxLease.
+	// renewed (zero: 30 s); tollgate.MinLease to tollgate.MaxLease.
 	// A request still running at half its lease renews it, in the
 	// background, every half lease until it ends. The lease is also how
 	// long a slot of a crashed process stays taken.
@@ -47,7 +44,7 @@ type ConcurrencyRule struct {
 	// FailureMode says what happens when the store fails or misses its
 	// deadline: FailOpen runs the request without a slot, FailClosed
 	// answers 503 with Retry-After; left zero, the rule fails open.
-	FailureMode FailureMode
+	FailureMode enforce.FailureMode
 }
 
 // concurrency is one ConcurrencyRule, ready to serve.
@@ -127,15 +124,15 @@ func (c *concurrency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	h, res, outcome, err := c.slots.Take(r.Context(), value)
 	name := c.slots.Name()
 	switch outcome {
-	case ruleset.FailedClosed:
+	case engine.FailedClosed:
 		ra := c.slots.FailClosedRetryAfter()
 		headers.SetRetryAfter(w.Header(), ra)
 		c.reject(w, r, Rejection{Status: http.StatusServiceUnavailable, Rule: name, RetryAfter: ra, Err: err})
 		return
-	case ruleset.FailedOpen:
+	case engine.FailedOpen:
 		next.ServeHTTP(w, r)
 		return
-	case ruleset.Denied:
+	case engine.Denied:
 		headers.SetRetryAfter(w.Header(), res.RetryAfter)
 		c.reject(w, r, Rejection{Status: http.StatusTooManyRequests, Rule: name, Policy: name, RetryAfter: res.RetryAfter, Concurrency: res})
 		return

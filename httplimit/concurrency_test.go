@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -238,9 +239,9 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	t.Parallel()
 	srv := redistest.NewServer(t)
 	st := redisstore.New(srv.Client(t))
-	handlers := map[httplimit.FailureMode]http.Handler{}
+	handlers := map[enforce.FailureMode]http.Handler{}
 	logs := &testkit.Logs{}
-	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+	for _, mode := range []enforce.FailureMode{enforce.FailOpen, enforce.FailClosed} {
 		handlers[mode] = mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
 			httplimit.WithTimeout(time.Second), httplimit.WithLogger(slog.New(logs)), httplimit.WithLogInterval(time.Hour))(okHandler)
 	}
@@ -248,13 +249,13 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		mode       httplimit.FailureMode
+		mode       enforce.FailureMode
 		code       int
 		retryAfter string
 		body       string
 	}{
-		{httplimit.FailOpen, http.StatusOK, "", "ok"},
-		{httplimit.FailClosed, http.StatusServiceUnavailable, "1", ""},
+		{enforce.FailOpen, http.StatusOK, "", "ok"},
+		{enforce.FailClosed, http.StatusServiceUnavailable, "1", ""},
 	} {
 		for range 3 {
 			w := do(handlers[tc.mode], "GET", "/", "192.0.2.1:1", tenantAcme)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -20,7 +21,7 @@ func Example_perIPBehindProxy() {
 	lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
 		Name:    "api",
 		Pattern: "/api/",
-		Policies: []httplimit.Policy{
+		Policies: []enforce.Policy{
 			{Name: "burst", Limit: tollgate.PerSecond(2)},
 			{Name: "daily", Limit: tollgate.PerDay(10_000)},
 		},
@@ -49,7 +50,7 @@ func Example_perIPBehindProxy() {
 // Per-API-key plans: the key's plan picks its limits; each key spends only
 // its own quota.
 func Example_perAPIKeyPlans() {
-	plans := map[string][]httplimit.Policy{
+	plans := map[string][]enforce.Policy{
 		"free": {{Name: "free", Limit: tollgate.PerMinute(1)}},
 		"pro":  {{Name: "pro", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 1000, Period: time.Minute}}},
 	}
@@ -57,7 +58,7 @@ func Example_perAPIKeyPlans() {
 	lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{
 		Name: "plans",
 		Key:  httplimit.Header("X-API-Key"),
-		PoliciesFunc: func(r *http.Request) []httplimit.Policy {
+		PoliciesFunc: func(r *http.Request) []enforce.Policy {
 			return plans[planOf[r.Header.Get("X-API-Key")]] // none: the rule does not apply
 		},
 	}})
@@ -136,7 +137,7 @@ func ExampleSettle() {
 		Name:     "completions",
 		Pattern:  "POST /v1/completions",
 		Key:      httplimit.Header("X-Tenant"),
-		Policies: []httplimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10_000)}},
+		Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10_000)}},
 		Cost:     func(*http.Request) int { return 500 },
 		Settle:   &httplimit.Settle{Header: "X-Tokens-Used", Hide: true, Refund: httplimit.ServerError},
 	}})

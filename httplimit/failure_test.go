@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -23,7 +24,7 @@ func failureLimiter(t *testing.T, srv *redistest.Server, opts ...httplimit.Optio
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	logs := &testkit.Logs{}
-	limit := []httplimit.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
+	limit := []enforce.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
 	opts = append([]httplimit.Option{
 		// Long enough for a first call on a busy machine, short enough that
 		// the calls made while Redis is down give up before go-redis has
@@ -34,8 +35,8 @@ func failureLimiter(t *testing.T, srv *redistest.Server, opts ...httplimit.Optio
 		httplimit.WithLogInterval(time.Hour), // one record, then counted
 	}, opts...)
 	lim := mustNew(t, redisstore.New(srv.Client(t)), []httplimit.Rule{
-		{Name: "open", Pattern: "/open", FailureMode: httplimit.FailOpen, Policies: limit},
-		{Name: "closed", Pattern: "/closed", FailureMode: httplimit.FailClosed, Policies: limit},
+		{Name: "open", Pattern: "/open", FailureMode: enforce.FailOpen, Policies: limit},
+		{Name: "closed", Pattern: "/closed", FailureMode: enforce.FailClosed, Policies: limit},
 	}, opts...)
 	return lim.Handler(okHandler), reg, logs
 }

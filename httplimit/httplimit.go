@@ -5,7 +5,7 @@
 //
 //	lim, err := httplimit.New(store, []httplimit.Rule{{
 //		Name:     "api",
-//		Policies: []httplimit.Policy{{Name: "burst", Limit: tollgate.PerSecond(10)}, {Name: "daily", Limit: tollgate.PerDay(10000)}},
+//		Policies: []enforce.Policy{{Name: "burst", Limit: tollgate.PerSecond(10)}, {Name: "daily", Limit: tollgate.PerDay(10000)}},
 //	}}, httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
 //	http.ListenAndServe(":8080", lim.Handler(mux))
 //
@@ -73,20 +73,8 @@ import (
 	"github.com/tollgate/tollgate/clientip"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/ruleset"
-)
-
-// Policy is a named limit (see enforce.Policy).
-type Policy = enforce.Policy
-
-// FailureMode says what a rule does when the store fails (see
-// enforce.FailureMode).
-type FailureMode = enforce.FailureMode
-
-// The failure modes.
-const (
-	FailOpen   = enforce.FailOpen
-	FailClosed = enforce.FailClosed
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
 
 // Rule says which requests to limit, by what key, under which limits, and
@@ -107,16 +95,16 @@ type Rule struct {
 	Key Key
 	// Policies are the limits, checked in order. Two policies of one rule
 	// must differ in algorithm or period.
-	Policies []Policy
+	Policies []enforce.Policy
 	// PoliciesFunc, if set, picks the policies per request instead (per
 	// plan or per tenant); nil or empty means the rule does not apply.
-	PoliciesFunc func(*http.Request) []Policy
+	PoliciesFunc func(*http.Request) []enforce.Policy
 	// Cost, if set, says how much a request spends (default 1). A cost
 	// below 1 means the request is not counted by this rule. With Settle,
 	// it is the estimate reserved before the handler runs.
 	Cost func(*http.Request) int
-	// FailureMode: FailOpen or FailClosed; left zero, the rule fails open.
-	FailureMode FailureMode
+	// FailureMode: enforce.FailOpen or enforce.FailClosed; left zero, the rule fails open.
+	FailureMode enforce.FailureMode
 	// DryRun rules report (headers, metrics) but never block. A dry-run
 	// rule that settles settles too: it counts.
 	DryRun bool
@@ -202,11 +190,8 @@ func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)
 
 // WithRegistry registers the metrics (tollgate_http_decisions_total,
 // tollgate_http_store_duration_seconds, tollgate_http_store_errors_total,
-// and for rules that settle tollgate_http_bad_costs_total) on reg. Without it or WithMetrics nothing is recorded.
+// and for rules that settle tollgate_http_bad_costs_total) on reg. Without it nothing is recorded.
 func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
-
-// WithMetrics records into m, shared with other Limiters or Engines.
-func WithMetrics(m *enforce.Metrics) Option { return shared(ruleset.WithMetrics(m)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
 func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
@@ -282,7 +267,7 @@ func spec(cfg Rule) (ruleset.Spec[call], error) {
 		}
 	}
 	if f := cfg.PoliciesFunc; f != nil {
-		s.PoliciesFunc = func(c call) []Policy { return f(c.r) }
+		s.PoliciesFunc = func(c call) []enforce.Policy { return f(c.r) }
 	}
 	if f := cfg.Cost; f != nil {
 		s.Cost = func(c call) int { return f(c.r) }
@@ -350,7 +335,7 @@ func (l *Limiter) writeHeaders(w http.ResponseWriter, vals *headers.Values, ds [
 func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, v ruleset.Verdict) {
 	rej := Rejection{Rule: v.Rule, Policy: v.Policy, Result: v.Result, Err: v.Err}
 	switch {
-	case v.Outcome == ruleset.FailedClosed:
+	case v.Outcome == engine.FailedClosed:
 		rej.Status, rej.RetryAfter = http.StatusServiceUnavailable, l.rules.FailClosedRetryAfter()
 	case errors.Is(v.Err, tollgate.ErrCostExceedsBurst):
 		rej.Status = http.StatusRequestEntityTooLarge

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
@@ -31,7 +32,7 @@ func TestHeadersAndDenial(t *testing.T) {
 		limit := tollgate.Limit{Rate: 3, Period: time.Minute, Burst: 3}
 		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
 			Name:     "api",
-			Policies: []httplimit.Policy{{Name: "per-minute", Limit: limit}},
+			Policies: []enforce.Policy{{Name: "per-minute", Limit: limit}},
 		}}, httplimit.WithHeaders(headers.AllFlavors), httplimit.WithClock(c.Now))
 		srv := httptest.NewServer(lim.Handler(okHandler))
 		defer srv.Close()
@@ -107,7 +108,7 @@ func TestRetryAfterNeverZero(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []httplimit.Rule{{
-		Name: "api", Policies: []httplimit.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}},
+		Name: "api", Policies: []enforce.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}},
 	}})
 	h := lim.Handler(okHandler)
 	do(h, "GET", "/", "192.0.2.1:1", nil)
@@ -123,7 +124,7 @@ func TestRetryAfterNeverZero(t *testing.T) {
 func TestSpoofing(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		rules := []httplimit.Rule{{Name: "ip", Policies: []httplimit.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}}}}
+		rules := []httplimit.Rule{{Name: "ip", Policies: []enforce.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}}}}
 		get := func(t *testing.T, url, xff string) int {
 			req, _ := http.NewRequest("GET", url, nil)
 			req.Header.Set("X-Forwarded-For", xff)
@@ -174,7 +175,7 @@ func TestIPv6Grouping(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		lim := mustNew(t, b.store(t, newClock()), []httplimit.Rule{{
-			Name: "ip", Policies: []httplimit.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}},
+			Name: "ip", Policies: []enforce.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}},
 		}})
 		h := lim.Handler(okHandler)
 		var got []int
@@ -195,7 +196,7 @@ func TestIPv6Grouping(t *testing.T) {
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		plans := map[string][]httplimit.Policy{
+		plans := map[string][]enforce.Policy{
 			"free": {{Name: "free", Limit: tollgate.PerMinute(2)}},
 			"pro":  {{Name: "pro", Limit: tollgate.PerMinute(4)}},
 		}
@@ -208,10 +209,10 @@ func TestTenantIsolation(t *testing.T) {
 				Name:         "tenant",
 				Pattern:      "/api/",
 				Key:          httplimit.Func("tenant", tenant),
-				PoliciesFunc: func(r *http.Request) []httplimit.Policy { return plans[r.Header.Get("X-Plan")] },
+				PoliciesFunc: func(r *http.Request) []enforce.Policy { return plans[r.Header.Get("X-Plan")] },
 			},
 			// Same tenant values, another rule: its own counter.
-			{Name: "export", Pattern: "POST /export", Key: httplimit.Func("tenant", tenant), Policies: []httplimit.Policy{{Name: "export", Limit: tollgate.PerMinute(1)}}},
+			{Name: "export", Pattern: "POST /export", Key: httplimit.Func("tenant", tenant), Policies: []enforce.Policy{{Name: "export", Limit: tollgate.PerMinute(1)}}},
 		})
 		h := lim.Handler(okHandler)
 		count := func(tenant, plan, method, path string, n int) (ok int) {
@@ -248,7 +249,7 @@ func TestSeveralPolicies(t *testing.T) {
 		c := newClock()
 		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
 			Name: "api",
-			Policies: []httplimit.Policy{
+			Policies: []enforce.Policy{
 				{Name: "burst", Limit: tollgate.PerSecond(2)},
 				{Name: "hourly", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: time.Hour}},
 			},
@@ -296,7 +297,7 @@ func TestDryRun(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		reg := prometheus.NewRegistry()
 		lim := mustNew(t, b.store(t, newClock()), []httplimit.Rule{{
-			Name: "trial", DryRun: true, Policies: []httplimit.Policy{{Name: "trial", Limit: tollgate.PerMinute(1)}},
+			Name: "trial", DryRun: true, Policies: []enforce.Policy{{Name: "trial", Limit: tollgate.PerMinute(1)}},
 		}}, httplimit.WithRegistry(reg))
 		h := lim.Handler(okHandler)
 		do(h, "GET", "/", "192.0.2.1:1", nil)
@@ -363,7 +364,7 @@ func TestShaping(t *testing.T) {
 		c := newClock()
 		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: 300 * time.Millisecond}
 		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
-			Name: "webhooks", Policies: []httplimit.Policy{{Name: "drain", Limit: shaper}},
+			Name: "webhooks", Policies: []enforce.Policy{{Name: "drain", Limit: shaper}},
 		}})
 		var mu sync.Mutex
 		var waited []time.Duration
@@ -393,7 +394,7 @@ func TestShapingWaitsForReal(t *testing.T) {
 	t.Parallel()
 	shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 20, Period: time.Second, Burst: 1, MaxDelay: time.Second}
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{{
-		Name: "shape", Policies: []httplimit.Policy{{Name: "drain", Limit: shaper}},
+		Name: "shape", Policies: []enforce.Policy{{Name: "drain", Limit: shaper}},
 	}})
 	h := lim.Handler(okHandler)
 	do(h, "GET", "/", "192.0.2.1:1", nil)
@@ -412,7 +413,7 @@ func TestShapingWaitsForReal(t *testing.T) {
 	// neither a pause of the machine before it (the queue drains) nor one
 	// during it (the store's deadline passes) can let it through.
 	slow := mustNew(t, memorystore.New(), []httplimit.Rule{{
-		Name: "shape", Policies: []httplimit.Policy{{Name: "drain", Limit: tollgate.Limit{
+		Name: "shape", Policies: []enforce.Policy{{Name: "drain", Limit: tollgate.Limit{
 			Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: 10 * time.Second,
 		}}},
 	}}).Handler(okHandler)
@@ -436,8 +437,8 @@ func TestServeMuxAndPatterns(t *testing.T) {
 	mux.HandleFunc("GET /users/{id}", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("user " + r.PathValue("id"))) })
 	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("welcome")) })
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{
-		{Name: "login", Pattern: "POST /login", FailureMode: httplimit.FailClosed, Policies: []httplimit.Policy{{Name: "login", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 1, Period: time.Minute}}}},
-		{Name: "users", Pattern: "GET /users/{id}", Key: httplimit.Route(), Policies: []httplimit.Policy{{Name: "per-user", Limit: tollgate.PerMinute(1)}}},
+		{Name: "login", Pattern: "POST /login", FailureMode: enforce.FailClosed, Policies: []enforce.Policy{{Name: "login", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 1, Period: time.Minute}}}},
+		{Name: "users", Pattern: "GET /users/{id}", Key: httplimit.Route(), Policies: []enforce.Policy{{Name: "per-user", Limit: tollgate.PerMinute(1)}}},
 	})
 	h := lim.Handler(mux)
 	for _, tc := range []struct {
@@ -470,7 +471,7 @@ func TestCostAndLongKeys(t *testing.T) {
 			n, _ := strconv.Atoi(r.Header.Get("X-Units"))
 			return n
 		},
-		Policies: []httplimit.Policy{{Name: "units", Limit: tollgate.Limit{Rate: 10, Period: time.Minute, Burst: 10}}},
+		Policies: []enforce.Policy{{Name: "units", Limit: tollgate.Limit{Rate: 10, Period: time.Minute, Burst: 10}}},
 	}})
 	h := lim.Handler(okHandler)
 	huge := strings.Repeat("k", 4000) // longer than any store key: hashed, still limited
@@ -500,7 +501,7 @@ func TestRejectHandler(t *testing.T) {
 	var got httplimit.Rejection
 	c := newClock()
 	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []httplimit.Rule{{
-		Name: "api", Policies: []httplimit.Policy{{Name: "p", Limit: tollgate.PerMinute(1)}},
+		Name: "api", Policies: []enforce.Policy{{Name: "p", Limit: tollgate.PerMinute(1)}},
 	}}, httplimit.WithRejectHandler(func(w http.ResponseWriter, r *http.Request, rej httplimit.Rejection) {
 		got = rej
 		w.WriteHeader(rej.Status)
@@ -519,7 +520,7 @@ func TestRejectHandler(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	ok := []httplimit.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
+	ok := []enforce.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
 	for _, tc := range []struct {
 		name  string
 		rules []httplimit.Rule
@@ -528,9 +529,9 @@ func TestConfigErrors(t *testing.T) {
 		{"colon in name", []httplimit.Rule{{Name: "a:b", Policies: ok}}},
 		{"duplicate rule", []httplimit.Rule{{Name: "a", Policies: ok}, {Name: "a", Policies: ok}}},
 		{"no policies", []httplimit.Rule{{Name: "a"}}},
-		{"invalid limit", []httplimit.Rule{{Name: "a", Policies: []httplimit.Policy{{Name: "p", Limit: tollgate.Limit{Rate: 1}}}}}},
-		{"shared counter", []httplimit.Rule{{Name: "a", Policies: []httplimit.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}, {Name: "q", Limit: tollgate.PerSecond(5)}}}}},
-		{"both policy sources", []httplimit.Rule{{Name: "a", Policies: ok, PoliciesFunc: func(*http.Request) []httplimit.Policy { return ok }}}},
+		{"invalid limit", []httplimit.Rule{{Name: "a", Policies: []enforce.Policy{{Name: "p", Limit: tollgate.Limit{Rate: 1}}}}}},
+		{"shared counter", []httplimit.Rule{{Name: "a", Policies: []enforce.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}, {Name: "q", Limit: tollgate.PerSecond(5)}}}}},
+		{"both policy sources", []httplimit.Rule{{Name: "a", Policies: ok, PoliciesFunc: func(*http.Request) []enforce.Policy { return ok }}}},
 		{"bad pattern", []httplimit.Rule{{Name: "a", Pattern: "GET users", Policies: ok}}},
 		{"bad key kind", []httplimit.Rule{{Name: "a", Key: httplimit.Func("a:b", nil), Policies: ok}}},
 		{"one-part composite", []httplimit.Rule{{Name: "a", Key: httplimit.Composite(httplimit.ClientIP()), Policies: ok}}},
@@ -549,7 +550,7 @@ func TestMetricsRegistry(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{{
-		Name: "api", Policies: []httplimit.Policy{{Name: "p", Limit: tollgate.PerMinute(1)}},
+		Name: "api", Policies: []enforce.Policy{{Name: "p", Limit: tollgate.PerMinute(1)}},
 	}}, httplimit.WithRegistry(reg))
 	h := lim.Handler(okHandler)
 	do(h, "GET", "/", "192.0.2.1:1", nil)

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
 
 // Key says whom a rule counts a request against: the client's address (the

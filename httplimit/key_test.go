@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -51,7 +52,7 @@ func TestCompositeKeyCollision(t *testing.T) {
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{{
 		Name:     "tenant-user",
 		Key:      httplimit.Composite(httplimit.Func("tenant", headerFunc("X-Tenant")), httplimit.Func("user", headerFunc("X-User"))),
-		Policies: []httplimit.Policy{{Name: "hourly", Limit: tollgate.PerHour(1)}},
+		Policies: []enforce.Policy{{Name: "hourly", Limit: tollgate.PerHour(1)}},
 	}})
 	h := lim.Handler(okHandler)
 	p := strings.Repeat("p", 999)
@@ -82,7 +83,7 @@ func TestCompositeKeyProperty(t *testing.T) {
 	lim := mustNew(t, store, []httplimit.Rule{{
 		Name:     "pair",
 		Key:      httplimit.Composite(httplimit.Func("a", headerFunc("X-A")), httplimit.Func("b", headerFunc("X-B"))),
-		Policies: []httplimit.Policy{{Name: "p", Limit: tollgate.PerHour(1000)}},
+		Policies: []enforce.Policy{{Name: "p", Limit: tollgate.PerHour(1000)}},
 	}})
 	h := lim.Handler(okHandler)
 	tokens := []string{strings.Repeat("p", 999), "008:", "abc", "001:", "x"}
@@ -128,7 +129,7 @@ func TestHashedKeysApartFromLiterals(t *testing.T) {
 			lim := mustNew(t, memorystore.New(), []httplimit.Rule{{
 				Name:     "api",
 				Key:      httplimit.Header("X-API-Key"),
-				Policies: []httplimit.Policy{{Name: "hourly", Limit: tollgate.PerHour(1)}},
+				Policies: []enforce.Policy{{Name: "hourly", Limit: tollgate.PerHour(1)}},
 			}})
 			handler := lim.Handler(okHandler)
 			for _, tc := range []struct {
@@ -163,7 +164,7 @@ func TestConcurrentKeysApart(t *testing.T) {
 	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []httplimit.Rule{{
 		Name:     "api",
 		Key:      httplimit.Header("X-API-Key"),
-		Policies: []httplimit.Policy{{Name: "burst", Limit: tollgate.Limit{Rate: perKey, Period: time.Hour, Burst: perKey}}},
+		Policies: []enforce.Policy{{Name: "burst", Limit: tollgate.Limit{Rate: perKey, Period: time.Hour, Burst: perKey}}},
 	}})
 	h := lim.Handler(okHandler)
 	var keys []string

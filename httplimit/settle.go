@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 )
 
 // Settle makes a Rule's Cost an estimate, corrected once the response is

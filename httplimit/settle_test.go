@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -62,7 +63,7 @@ var meteredHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Reques
 func tokenRule(s *httplimit.Settle) httplimit.Rule {
 	return httplimit.Rule{
 		Name:     "llm",
-		Policies: []httplimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
+		Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
 		Cost:     func(*http.Request) int { return 4 },
 		Settle:   s,
 	}
@@ -149,7 +150,7 @@ func TestSettleDebt(t *testing.T) {
 		c := newClock()
 		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
 			Name:     "llm",
-			Policies: []httplimit.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
+			Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
 			Cost:     func(*http.Request) int { return 1 },
 			Settle:   &httplimit.Settle{Header: "X-Tokens-Used"},
 		}})
@@ -382,7 +383,7 @@ func TestSettleRejectedRefunds(t *testing.T) {
 			{
 				Name:     "strict",
 				Match:    func(r *http.Request) bool { return r.Header.Get("X-Strict") != "" },
-				Policies: []httplimit.Policy{{Name: "strict", Limit: tollgate.PerMinute(1)}},
+				Policies: []enforce.Policy{{Name: "strict", Limit: tollgate.PerMinute(1)}},
 			},
 		})
 		h := lim.Handler(meteredHandler)

@@ -15,9 +15,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgate/tollgate/internal/service"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
-	"github.com/tollgate/tollgate/internal/service"
 )
 
 // The two calls Envoy's rate limit filter makes for one request, as the

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service"
 )
 
@@ -125,11 +125,11 @@ func urlHasPassword(raw string) bool {
 type redisLogger struct {
 	log    *slog.Logger
 	redact *service.Redactor
-	sample guard.Sampler
+	sample engine.Sampler
 }
 
 func newRedisLogger(log *slog.Logger, redact *service.Redactor, every time.Duration) *redisLogger {
-	return &redisLogger{log: log, redact: redact, sample: guard.Sampler{Every: every}}
+	return &redisLogger{log: log, redact: redact, sample: engine.Sampler{Every: every}}
 }
 
 // Printf implements go-redis's Logging interface.
@@ -142,5 +142,5 @@ func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 		return
 	}
 	msg := strings.TrimSpace(l.redact.Redact(fmt.Sprintf(format, v...)))
-	l.log.LogAttrs(ctx, slog.LevelWarn, "redis client", slog.String("detail", msg), guard.Skipped(skipped))
+	l.log.LogAttrs(ctx, slog.LevelWarn, "redis client", slog.String("detail", msg), engine.Skipped(skipped))
 }

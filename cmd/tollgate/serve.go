@@ -22,12 +22,12 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
-	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/service"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
-	"github.com/tollgate/tollgate/internal/service"
 )
 
 func init() {

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service"
 )
 
@@ -194,7 +194,7 @@ type serveTLS struct {
 // flag at fault. Failed gRPC handshakes are logged at most once per
 // logEvery.
 func (t *tlsFlags) build(log *slog.Logger, logEvery time.Duration) (serveTLS, error) {
-	s := serveTLS{refusals: &refusalLog{log: log, sample: guard.Sampler{Every: logEvery}}}
+	s := serveTLS{refusals: &refusalLog{log: log, sample: engine.Sampler{Every: logEvery}}}
 	var err error
 	// gRPC needs HTTP/2, and grpc-go's clients require the server to say
 	// so (ALPN).
@@ -235,7 +235,7 @@ func (s serveTLS) grpcOptions() []grpc.ServerOption {
 // many were left out.
 type refusalLog struct {
 	log    *slog.Logger
-	sample guard.Sampler
+	sample engine.Sampler
 }
 
 func (r *refusalLog) refused(remote net.Addr, err error) {
@@ -243,7 +243,7 @@ func (r *refusalLog) refused(remote net.Addr, err error) {
 	if !ok {
 		return
 	}
-	r.log.Warn("gRPC TLS handshake refused", "remote", remote.String(), "error", err.Error(), guard.Skipped(skipped))
+	r.log.Warn("gRPC TLS handshake refused", "remote", remote.String(), "error", err.Error(), engine.Skipped(skipped))
 }
 
 // loggedCreds are gRPC server credentials that log failed handshakes;

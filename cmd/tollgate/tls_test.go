@@ -34,9 +34,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/service"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
-	"github.com/tollgate/tollgate/internal/service"
 )
 
 // The tests below make their own PKI: certificate authorities, server and

@@ -20,7 +20,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"google.golang.org/grpc"
 
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service"
 )
 
@@ -96,10 +96,10 @@ func (t *tracingFlags) start(log *slog.Logger) (*tracing, error) {
 	}
 	// Export errors (a collector away) reach the SDK's global error
 	// handler; they go to the service's log, at most one line a minute.
-	failures := &guard.Sampler{Every: time.Minute}
+	failures := &engine.Sampler{Every: time.Minute}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		if ok, skipped := failures.Allow(time.Now()); ok {
-			log.Warn("tracing: spans not exported", "error", err.Error(), guard.Skipped(skipped))
+			log.Warn("tracing: spans not exported", "error", err.Error(), engine.Skipped(skipped))
 		}
 	}))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(t.sampler()), sdktrace.WithResource(res))

@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -41,7 +42,7 @@ func main() {
 func router(store tollgate.Store) (http.Handler, error) {
 	perIP, err := httplimit.New(store, []httplimit.Rule{{
 		Name:     "ip",
-		Policies: []httplimit.Policy{{Name: "ip", Limit: tollgate.PerSecond(5)}},
+		Policies: []enforce.Policy{{Name: "ip", Limit: tollgate.PerSecond(5)}},
 	}})
 	if err != nil {
 		return nil, err
@@ -49,7 +50,7 @@ func router(store tollgate.Store) (http.Handler, error) {
 	search, err := httplimit.New(store, []httplimit.Rule{{
 		Name:     "search",
 		Key:      httplimit.Global(),
-		Policies: []httplimit.Policy{{Name: "search", Limit: tollgate.PerMinute(100)}},
+		Policies: []enforce.Policy{{Name: "search", Limit: tollgate.PerMinute(100)}},
 	}})
 	if err != nil {
 		return nil, err

@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -131,7 +132,7 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 		Name:    "tokens",
 		Pattern: "POST /v1/completions",
 		Key:     httplimit.Func("tenant", tenant),
-		Policies: []httplimit.Policy{{Name: "tokens", Limit: tollgate.Limit{
+		Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.Limit{
 			Algorithm: tollgate.TokenBucket, Rate: c.tokens, Period: c.per, Burst: c.tokens,
 		}}},
 		// The estimate: what the client allows the model to produce, or

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/memorystore"
@@ -43,7 +44,7 @@ func main() {
 }
 
 // plans maps API keys to their plan's limits: your accounts database.
-var plans = map[string][]httplimit.Policy{
+var plans = map[string][]enforce.Policy{
 	"free-key": {{Name: "free", Limit: tollgate.PerMinute(5)}},
 	"pro-key":  {{Name: "pro", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 600, Period: time.Minute}}},
 }
@@ -91,7 +92,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			// Everyone, by IP: 10 per second with bursts of 20, 1000 a day.
 			Name:    "api-ip",
 			Pattern: "/api/",
-			Policies: []httplimit.Policy{
+			Policies: []enforce.Policy{
 				{Name: "burst", Limit: tollgate.Limit{Rate: 10, Period: time.Second, Burst: 20}},
 				{Name: "daily", Limit: tollgate.PerDay(1000)},
 			},
@@ -101,7 +102,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			Name:    "api-key",
 			Pattern: "/api/",
 			Key:     httplimit.Header("X-API-Key"),
-			PoliciesFunc: func(r *http.Request) []httplimit.Policy {
+			PoliciesFunc: func(r *http.Request) []enforce.Policy {
 				return plans[r.Header.Get("X-API-Key")]
 			},
 		},
@@ -109,15 +110,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			// Login: exact, and closed when the limiter cannot decide.
 			Name:        "login",
 			Pattern:     "POST /login",
-			FailureMode: httplimit.FailClosed,
-			Policies:    []httplimit.Policy{{Name: "login", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: time.Minute}}},
+			FailureMode: enforce.FailClosed,
+			Policies:    []enforce.Policy{{Name: "login", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: time.Minute}}},
 		},
 		{
 			// A stricter limit being tried out: reported, never enforced.
 			Name:     "api-next",
 			Pattern:  "/api/",
 			DryRun:   true,
-			Policies: []httplimit.Policy{{Name: "next", Limit: tollgate.PerMinute(30)}},
+			Policies: []enforce.Policy{{Name: "next", Limit: tollgate.PerMinute(30)}},
 		},
 	}, httplimit.WithClientIP(ips), httplimit.WithHeaders(fl), httplimit.WithRegistry(reg), httplimit.WithLogger(logger))
 	if err != nil {

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 // What an envoyproxy/ratelimit deployment relies on beyond the protocol:
@@ -102,7 +102,7 @@ func (s *Server) headerName(field string) (key, wire string) {
 // when a request over it was denied (res): envoy counts denied hits, so
 // nothing passes until the counter resets. What the store answers does
 // not change the request's answer.
-func (s *Server) spendDenied(q *ruleset.Request, p *ruleset.Point, key string, r *config.Rule, res tollgate.Result) {
+func (s *Server) spendDenied(q *engine.Request, p *engine.Point, key string, r *config.Rule, res tollgate.Result) {
 	if res.Remaining > 0 {
 		q.Spend(p, "", key, r.Limit, min(int(res.Remaining), r.Limit.Capacity()))
 	}

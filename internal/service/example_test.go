@@ -8,9 +8,9 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/tollgate/tollgate/internal/service"
 	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/memorystore"
-	"github.com/tollgate/tollgate/internal/service"
 )
 
 func ExampleServer_ShouldRateLimit() {

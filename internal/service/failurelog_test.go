@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service/config"
-	"github.com/tollgate/tollgate/internal/guard"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/redisstore"
@@ -56,7 +57,7 @@ func TestFailureLogSampled(t *testing.T) {
 			}
 			// 2 s later, then 11 s after the first: within the default
 			// interval, then past it.
-			for _, at := range []time.Duration{2 * time.Second, guard.DefaultInterval + time.Second} {
+			for _, at := range []time.Duration{2 * time.Second, enforce.DefaultLogInterval + time.Second} {
 				clock.Set(t0.Add(at))
 				ask(t, s, req("d", entries("k", "v")))
 			}
@@ -68,13 +69,13 @@ func TestFailureLogSampled(t *testing.T) {
 			for i, rec := range recs {
 				got := int64(-1)
 				rec.Attrs(func(a slog.Attr) bool {
-					if a.Key == guard.SkippedKey {
+					if a.Key == engine.SkippedKey {
 						got = a.Value.Int64()
 					}
 					return true
 				})
 				if want := tc.wantSkipped[i]; got != want {
-					t.Errorf("record %d: %s = %d, want %d", i, guard.SkippedKey, got, want)
+					t.Errorf("record %d: %s = %d, want %d", i, engine.SkippedKey, got, want)
 				}
 			}
 		})

@@ -11,7 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/ruleset"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
 // Envoy's rate limit filter calls the service twice for a request whose
@@ -149,13 +150,13 @@ var errNoConcurrencyStore = errors.New("server: a concurrency rule, but no concu
 // storeCall runs call through the engine, as every store call of the
 // rule at p: under the request's deadline, timed, and when it fails
 // counted and logged as answered by the rule's failure mode.
-func (s *Server) storeCall(q *ruleset.Request, p *ruleset.Point, call func(context.Context) error) error {
+func (s *Server) storeCall(q *engine.Request, p *engine.Point, call func(context.Context) error) error {
 	return q.Call(p, "", outcomeNames[failed(p)], "tollgate: store failed; answered by the rule's failure mode", call)
 }
 
 // failed is the outcome of a rule at p whose store call failed.
-func failed(p *ruleset.Point) outcome {
-	if p.Mode == ruleset.FailClosed && !p.DryRun {
+func failed(p *engine.Point) outcome {
+	if p.Mode == enforce.FailClosed && !p.DryRun {
 		return outcomeFailClosed
 	}
 	return outcomeFailOpen
@@ -172,7 +173,7 @@ func failed(p *ruleset.Point) outcome {
 //
 // The answer is OK (Envoy does not read it); its limit_remaining and
 // duration_until_reset say where the counter stands after the charge.
-func (s *Server) charge(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
+func (s *Server) charge(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
 	r := it.rule
 	n := cost(hits, r.Cost)
 	if n == 0 {
@@ -191,7 +192,7 @@ func (s *Server) charge(q *ruleset.Request, domain string, entries []*rlv3.RateL
 }
 
 // pointOf is the engine's view of the rule of it.
-func (s *Server) pointOf(it *item) *ruleset.Point {
+func (s *Server) pointOf(it *item) *engine.Point {
 	if it.state != nil {
 		return &it.state.point
 	}
@@ -204,7 +205,7 @@ func (s *Server) pointOf(it *item) *ruleset.Point {
 // releases the slot of that name. The counter is the descriptor's, as a
 // rate rule's, in the concurrency store. A look (hits 0) takes nothing and
 // answers OK.
-func (s *Server) concurrent(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
+func (s *Server) concurrent(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
 	r, c := it.rule, it.rule.Concurrency
 	p := s.pointOf(it)
 	if hits == 0 {

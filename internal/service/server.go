@@ -22,12 +22,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/guard"
-	"github.com/tollgate/tollgate/internal/ruleset"
-	"github.com/tollgate/tollgate/internal/storekey"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/storekey"
+	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 // Server decides rate-limit requests against its rules and store. It is
@@ -67,7 +66,7 @@ type Server struct {
 	draining atomic.Bool
 	logEvery time.Duration
 	// engine spends each descriptor's limit: the step every door shares.
-	engine *ruleset.Engine
+	engine *engine.Engine
 	// conc holds the slots of concurrency rules (WithConcurrencyStore).
 	conc tollgate.ConcurrencyStore
 }
@@ -80,7 +79,7 @@ type snapshot struct {
 
 type ruleState struct {
 	rule  *config.Rule
-	point ruleset.Point                   // the rule as the engine sees it
+	point engine.Point                    // the rule as the engine sees it
 	envoy envoyCounters                   // envoy's statistics of the rule
 	limit *pb.RateLimitResponse_RateLimit // shared by every response: read-only
 	// counters are made on first use, so that /metrics shows only the
@@ -200,7 +199,7 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
 	}
-	s.engine = ruleset.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
+	s.engine = engine.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()
 	return s, nil
@@ -442,7 +441,7 @@ type parts struct {
 	resets   []durationpb.Duration
 	hdrs     []core.HeaderValue  // length 0, and the capacity there is room for
 	hdrPtrs  []*core.HeaderValue // the same
-	room     *guard.Room         // for the store calls' context; nil: the engine makes one
+	room     *engine.Room        // for the store calls' context; nil: the engine makes one
 }
 
 // oneReply is the memory of the response to one descriptor, in one
@@ -456,7 +455,7 @@ type oneReply struct {
 	reset   [1]durationpb.Duration
 	hdrs    [3]core.HeaderValue
 	hdrPtrs [3]*core.HeaderValue
-	room    guard.Room
+	room    engine.Room
 }
 
 // newParts returns the pieces of a response to n descriptors.
@@ -563,7 +562,7 @@ func (s *Server) match(sn *snapshot, req *pb.RateLimitRequest, items []item) []i
 // limits (no rule, a replaced rule, an unlimited rule), which is answered
 // OK and already counted; the rest are to be counted and added up by the
 // caller.
-func (s *Server) answer(q *ruleset.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (o outcome, res tollgate.Result, decided bool) {
+func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (o outcome, res tollgate.Result, decided bool) {
 	r := it.rule
 	if r == nil || it.dropped {
 		st.Code = pb.RateLimitResponse_OK
@@ -750,9 +749,9 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 
 // spend spends hits of the rule of it through the engine and fills st
 // (and reset, its duration_until_reset) from its result.
-func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
+func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
 	r := it.rule
-	var p *ruleset.Point
+	var p *engine.Point
 	if it.state != nil {
 		p = &it.state.point
 	} else {
@@ -762,13 +761,13 @@ func (s *Server) spend(q *ruleset.Request, domain string, entries []*rlv3.RateLi
 	step := q.Spend(p, "", key, r.Limit, cost(hits, r.Cost))
 	res := step.Result
 	switch step.Outcome {
-	case ruleset.FailedOpen:
+	case engine.FailedOpen:
 		traceStoreFailure(q.Context(), outcomeFailOpen, step.Err)
 		return outcomeFailOpen, res
-	case ruleset.FailedClosed:
+	case engine.FailedClosed:
 		traceStoreFailure(q.Context(), outcomeFailClosed, step.Err)
 		return outcomeFailClosed, res
-	case ruleset.Allowed:
+	case engine.Allowed:
 		st.LimitRemaining = remaining(res)
 		if res.ResetAfter > 0 {
 			st.DurationUntilReset = roundUp(res.ResetAfter, reset)
@@ -792,12 +791,12 @@ func remaining(res tollgate.Result) uint32 {
 
 // point is rule r as the engine sees it: its failure mode (the server's
 // when r has none), shadow mode, and the server's store metrics.
-func (s *Server) point(r *config.Rule) ruleset.Point {
+func (s *Server) point(r *config.Rule) engine.Point {
 	mode := r.FailureMode
 	if mode == enforce.FailDefault {
 		mode = s.failMode
 	}
-	return ruleset.Point{Rule: r.ID, Mode: mode, DryRun: r.ShadowMode,
+	return engine.Point{Rule: r.ID, Mode: mode, DryRun: r.ShadowMode,
 		Latency: s.m.storeDuration, Errors: s.m.storeErrors[1], Timeouts: s.m.storeErrors[0], Skipped: s.m.storeSkipped}
 }
 
@@ -807,7 +806,7 @@ func (s *Server) point(r *config.Rule) ruleset.Point {
 // override limits are rare.
 //
 //go:noinline
-func (s *Server) overridePoint(r *config.Rule) *ruleset.Point {
+func (s *Server) overridePoint(r *config.Rule) *engine.Point {
 	p := s.point(r)
 	return &p
 }

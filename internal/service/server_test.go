@@ -16,10 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/storekey"
+	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/internal/test/redistest"
-	"github.com/tollgate/tollgate/internal/storekey"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"

@@ -7,6 +7,7 @@ import (
 	"unicode"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate/tollgate/internal/door/engine"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -16,8 +17,6 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/tollgate/tollgate/internal/ruleset"
 )
 
 // Tracing
@@ -275,7 +274,7 @@ func traceStoreFailure(ctx context.Context, o outcome, err error) {
 		return
 	}
 	kind := "store_error"
-	if ruleset.IsTimeout(ctx, err) {
+	if engine.IsTimeout(ctx, err) {
 		kind = "timeout"
 	}
 	span.AddEvent(EventStoreFailure, trace.WithAttributes(

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/internal/store/exact"
+	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/internal/test/model"
 	"github.com/tollgate/tollgate/memorystore"
 )

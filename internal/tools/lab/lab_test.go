@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/tools/lab"
 	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/tools/lab"
 	"github.com/tollgate/tollgate/redisstore"
 )
 

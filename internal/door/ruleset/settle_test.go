@@ -12,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 	"github.com/tollgate/tollgate/internal/test/redistest"
-	"github.com/tollgate/tollgate/internal/ruleset"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
@@ -61,14 +63,14 @@ func settleRules(t *testing.T, store tollgate.Store, opts ...ruleset.Option) *ru
 	rules, err := ruleset.NewRules("test", "t", store, key, []ruleset.Spec[int]{
 		{
 			Name:     "tokens",
-			Policies: []ruleset.Policy{{Name: "minute", Limit: tollgate.PerMinute(10)}, {Name: "hour", Limit: tollgate.PerHour(100)}},
+			Policies: []enforce.Policy{{Name: "minute", Limit: tollgate.PerMinute(10)}, {Name: "hour", Limit: tollgate.PerHour(100)}},
 			Cost:     func(n int) int { return n },
 			Settles:  true,
 		},
 		{
 			Name:     "never3",
 			Applies:  func(n int) bool { return n == 3 },
-			Policies: []ruleset.Policy{{Name: "none", Limit: tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}}},
+			Policies: []enforce.Policy{{Name: "none", Limit: tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}}},
 			Cost:     func(int) int { return 2 }, // more than the burst: always denied
 		},
 	}, opts...)
@@ -84,7 +86,7 @@ func look(t *testing.T, rules *ruleset.Rules[int]) (minute, hour int) {
 	t.Helper()
 	s := new(ruleset.Scratch)
 	v, ds := rules.Decide(context.Background(), 1, nil, s)
-	if v.Outcome != ruleset.Allowed || len(ds) != 2 {
+	if v.Outcome != engine.Allowed || len(ds) != 2 {
 		t.Fatalf("look: %v, %d decisions", v.Outcome, len(ds))
 	}
 	rules.Settle(context.Background(), s, func(int) (int, bool, error) { return 0, true, nil })
@@ -168,7 +170,7 @@ func TestRulesSettleNeedsSettler(t *testing.T) {
 	t.Parallel()
 	type plainStore struct{ tollgate.Store }
 	_, err := ruleset.NewRules("test", "t", plainStore{memorystore.New()}, ruleset.GlobalKey[int](), []ruleset.Spec[int]{
-		{Name: "tokens", Policies: []ruleset.Policy{{Name: "minute", Limit: tollgate.PerMinute(10)}}, Settles: true},
+		{Name: "tokens", Policies: []enforce.Policy{{Name: "minute", Limit: tollgate.PerMinute(10)}}, Settles: true},
 	})
 	if err == nil || !strings.HasPrefix(err.Error(), "test: ") || !strings.Contains(err.Error(), "plainStore cannot settle") {
 		t.Errorf("NewRules: %v, want a refusal naming the store", err)
@@ -186,13 +188,13 @@ func TestSettleStepFails(t *testing.T) {
 	e := ruleset.New(redisstore.New(srv.Client(t)), ruleset.WithTimeout(2*time.Second), ruleset.WithLogger(slog.New(logs)))
 	errs := prometheus.NewCounter(prometheus.CounterOpts{Name: "errors"})
 	timeouts := prometheus.NewCounter(prometheus.CounterOpts{Name: "timeouts"})
-	p := &ruleset.Point{Rule: "tokens", Errors: errs, Timeouts: timeouts}
+	p := &engine.Point{Rule: "tokens", Errors: errs, Timeouts: timeouts}
 	limit := tollgate.PerMinute(10)
 
 	q := e.Begin(context.Background())
 	st, at := q.Reserve(p, "minute", "k", limit, 4)
 	q.End()
-	if st.Outcome != ruleset.Allowed || at <= 0 {
+	if st.Outcome != engine.Allowed || at <= 0 {
 		t.Fatalf("Reserve: %v, at %d", st.Outcome, at)
 	}
 	if err := srv.Pause(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
 // Metrics are the Prometheus metrics of Rules, registered on the
@@ -30,7 +31,7 @@ type Metrics struct {
 // ruleMetrics are one rule's children, looked up once so that the request
 // path does not hash label values.
 type ruleMetrics struct {
-	decisions [numOutcomes]prometheus.Counter
+	decisions [engine.NumOutcomes]prometheus.Counter
 	latency   prometheus.Observer
 	errors    prometheus.Counter
 	badCosts  prometheus.Counter
@@ -69,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 
 func (m *Metrics) forRule(rule string) ruleMetrics {
 	var rm ruleMetrics
-	for o := range numOutcomes {
+	for o := range engine.NumOutcomes {
 		// Creating every child up front makes each series visible at 0.
 		rm.decisions[o] = m.decisions.WithLabelValues(rule, o.String())
 	}

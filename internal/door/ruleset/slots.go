@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/guard"
-	"github.com/tollgate/tollgate/internal/storekey"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/storekey"
 )
 
 // DefaultLease is a concurrency rule's lease when it sets none: long
@@ -31,18 +32,18 @@ type Slots struct {
 	max       int
 	lease     time.Duration
 	closed    bool
-	deadlines *guard.Deadlines // nil: only the caller's own deadline
+	deadlines *engine.Deadlines // nil: only the caller's own deadline
 	set       settings
 	// One sampler per kind of store call, so that an outage of acquires
 	// does not hide the first failed renewal or release.
-	acquireLog, renewLog, releaseLog guard.Sampler
+	acquireLog, renewLog, releaseLog engine.Sampler
 }
 
 // NewSlots checks a concurrency rule and prepares it; pkg starts the
 // messages of its errors. A zero lease is DefaultLease; FailDefault fails
 // open. opts are the transport's options: WithTimeout, WithLogger,
 // WithLogInterval, WithClock and WithFailClosedRetryAfter apply.
-func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int, lease time.Duration, mode FailureMode, opts ...Option) (*Slots, error) {
+func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int, lease time.Duration, mode enforce.FailureMode, opts ...Option) (*Slots, error) {
 	if lease == 0 {
 		lease = DefaultLease
 	}
@@ -52,7 +53,7 @@ func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int,
 	if err := checkName("concurrency rule", name); err != nil {
 		return nil, fmt.Errorf("%s: %w", pkg, err)
 	}
-	if mode > FailClosed {
+	if mode > enforce.FailClosed {
 		return nil, fmt.Errorf("%s: concurrency rule %q: unknown failure mode %v", pkg, name, mode)
 	}
 	// The store checks max and lease the same way on every call; checked
@@ -60,9 +61,9 @@ func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int,
 	if _, err := tollgate.CheckAcquire(name, max, lease); err != nil {
 		return nil, fmt.Errorf("%s: concurrency rule %q: %w", pkg, name, err)
 	}
-	s := &Slots{store: store, name: name, max: max, lease: lease, closed: mode == FailClosed, set: newSettings(opts)}
+	s := &Slots{store: store, name: name, max: max, lease: lease, closed: mode == enforce.FailClosed, set: newSettings(opts)}
 	if s.set.timeout > 0 {
-		s.deadlines = guard.NewDeadlines(s.set.timeout)
+		s.deadlines = engine.NewDeadlines(s.set.timeout)
 	}
 	s.acquireLog.Every, s.renewLog.Every, s.releaseLog.Every = s.set.logEvery, s.set.logEvery, s.set.logEvery
 	return s, nil
@@ -83,7 +84,7 @@ func (s *Slots) FailClosedRetryAfter() time.Duration { return s.set.failRetryAft
 // The store call is bounded by the deadline (WithTimeout, or the caller's
 // own less a reserve); a slot taken by a call whose answer came too late
 // is not known here, and lapses at the end of its lease.
-func (s *Slots) Take(ctx context.Context, value string) (h *Holding, res tollgate.ConcurrencyResult, o Outcome, err error) {
+func (s *Slots) Take(ctx context.Context, value string) (h *Holding, res tollgate.ConcurrencyResult, o engine.Outcome, err error) {
 	b := make([]byte, 0, len(s.name)+1+len(value))
 	b = append(append(append(b, s.name...), ':'), value...)
 	key := storekey.String(b, len(s.name)+1)
@@ -93,14 +94,14 @@ func (s *Slots) Take(ctx context.Context, value string) (h *Holding, res tollgat
 	switch {
 	case err != nil && s.closed:
 		s.logFailure(ctx, &s.acquireLog, "acquire", "fail_closed", err)
-		return nil, res, FailedClosed, err
+		return nil, res, engine.FailedClosed, err
 	case err != nil:
 		s.logFailure(ctx, &s.acquireLog, "acquire", "fail_open", err)
-		return nil, res, FailedOpen, err
+		return nil, res, engine.FailedOpen, err
 	case !res.Allowed:
-		return nil, res, Denied, nil
+		return nil, res, engine.Denied, nil
 	}
-	return s.hold(ctx, p), res, Allowed, nil
+	return s.hold(ctx, p), res, engine.Allowed, nil
 }
 
 // Holding is a request's slot while it runs: it renews the lease in the
@@ -194,12 +195,12 @@ func (h *Holding) End() {
 
 // logFailure logs a failed store call, at most once per log interval for
 // each kind of call, saying how many were left out.
-func (s *Slots) logFailure(ctx context.Context, smp *guard.Sampler, op, outcome string, err error) {
+func (s *Slots) logFailure(ctx context.Context, smp *engine.Sampler, op, outcome string, err error) {
 	ok, skipped := smp.Allow(s.set.now())
 	if !ok {
 		return
 	}
 	s.set.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: concurrency store call failed",
 		slog.String("rule", s.name), slog.String("call", op), slog.String("outcome", outcome),
-		slog.String("error", err.Error()), guard.Skipped(skipped))
+		slog.String("error", err.Error()), engine.Skipped(skipped))
 }

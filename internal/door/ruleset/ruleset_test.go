@@ -11,8 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/ruleset"
 	"github.com/tollgate/tollgate/internal/test/redistest"
-	"github.com/tollgate/tollgate/internal/ruleset"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
@@ -143,16 +145,16 @@ func TestFailureLogRateLimited(t *testing.T) {
 	}
 	logs := &testkit.Logs{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	e := ruleset.New(redisstore.New(client), ruleset.WithLogger(slog.New(logs)), ruleset.WithLogInterval(10*time.Second))
-	e.SetNow(func() time.Time { return now })
-	r, err := e.Rule("api", ruleset.FailOpen, false)
+	e := ruleset.New(redisstore.New(client), ruleset.WithLogger(slog.New(logs)), ruleset.WithLogInterval(10*time.Second),
+		ruleset.WithClock(func() time.Time { return now }))
+	r, err := e.Rule("api", enforce.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	policies := []ruleset.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
+	policies := []enforce.Policy{{Name: "p", Limit: tollgate.PerSecond(1)}}
 	for i := 0; i < 5; i++ {
 		v, ds := r.Decide(context.Background(), "api:ip:192.0.2.1", policies, 1, nil)
-		if v.Outcome != ruleset.FailedOpen || v.Err == nil || len(ds) != 0 {
+		if v.Outcome != engine.FailedOpen || v.Err == nil || len(ds) != 0 {
 			t.Fatalf("Redis down: %+v, %d decisions; want fail_open with the error", v, len(ds))
 		}
 	}
@@ -177,7 +179,7 @@ func TestFailureLogRateLimited(t *testing.T) {
 func TestCheckPolicies(t *testing.T) {
 	t.Parallel()
 	ok := tollgate.PerSecond(1)
-	for _, ps := range [][]ruleset.Policy{
+	for _, ps := range [][]enforce.Policy{
 		nil,
 		{{Name: "", Limit: ok}},
 		{{Name: "a b", Limit: ok}},
@@ -189,7 +191,7 @@ func TestCheckPolicies(t *testing.T) {
 			t.Errorf("CheckPolicies(%+v) accepted it", ps)
 		}
 	}
-	if err := ruleset.CheckPolicies([]ruleset.Policy{{Name: "burst", Limit: ok}, {Name: "daily", Limit: tollgate.PerDay(1000)}}); err != nil {
+	if err := ruleset.CheckPolicies([]enforce.Policy{{Name: "burst", Limit: ok}, {Name: "daily", Limit: tollgate.PerDay(1000)}}); err != nil {
 		t.Errorf("a valid pair: %v", err)
 	}
 }
@@ -200,14 +202,14 @@ func TestRuleFailureMode(t *testing.T) {
 	t.Parallel()
 	e := ruleset.New(memorystore.New())
 	tests := []struct {
-		in      ruleset.FailureMode
-		want    ruleset.FailureMode
+		in      enforce.FailureMode
+		want    enforce.FailureMode
 		wantErr bool
 	}{
-		{in: ruleset.FailDefault, want: ruleset.FailOpen},
-		{in: ruleset.FailOpen, want: ruleset.FailOpen},
-		{in: ruleset.FailClosed, want: ruleset.FailClosed},
-		{in: ruleset.FailClosed + 1, wantErr: true},
+		{in: enforce.FailDefault, want: enforce.FailOpen},
+		{in: enforce.FailOpen, want: enforce.FailOpen},
+		{in: enforce.FailClosed, want: enforce.FailClosed},
+		{in: enforce.FailClosed + 1, wantErr: true},
 	}
 	for _, tc := range tests {
 		r, err := e.Rule("r", tc.in, false)
@@ -237,7 +239,7 @@ func TestOneTimeoutPerRequest(t *testing.T) {
 	defer srv.Resume()
 	reg := prometheus.NewRegistry()
 	key := ruleset.FuncKey("tenant", func(int) (string, bool) { return "t1", true })
-	policies := []ruleset.Policy{{Name: "second", Limit: tollgate.PerSecond(10)}, {Name: "day", Limit: tollgate.PerDay(1000)}}
+	policies := []enforce.Policy{{Name: "second", Limit: tollgate.PerSecond(10)}, {Name: "day", Limit: tollgate.PerDay(1000)}}
 	rules, err := ruleset.NewRules("test", "t", redisstore.New(client), key, []ruleset.Spec[int]{
 		{Name: "a", Policies: policies}, {Name: "b", Policies: policies},
 	}, ruleset.WithTimeout(50*time.Millisecond), ruleset.WithRegistry(reg), ruleset.WithLogger(slog.New(&testkit.Logs{})))
@@ -245,7 +247,7 @@ func TestOneTimeoutPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := rules.Decide(context.Background(), 0, nil, nil)
-	if got, want := v.Outcome, ruleset.Allowed; got != want {
+	if got, want := v.Outcome, engine.Allowed; got != want {
 		t.Errorf("outcome %v, want %v (both rules fail open)", got, want)
 	}
 	got := map[string]float64{}

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
-	"github.com/tollgate/tollgate/internal/guard"
-	"github.com/tollgate/tollgate/internal/storekey"
+	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/storekey"
 )
 
 // Spec is one rule as a transport hands it to NewRules, over requests of
@@ -28,15 +28,15 @@ type Spec[Req any] struct {
 	// default key given to NewRules.
 	Key Key[Req]
 	// Policies are the limits, checked in order.
-	Policies []Policy
+	Policies []enforce.Policy
 	// PoliciesFunc, if set, picks the policies per request instead; nil
 	// or empty means the rule does not apply.
-	PoliciesFunc func(Req) []Policy
+	PoliciesFunc func(Req) []enforce.Policy
 	// Cost, if set, says what a request spends (default 1); below 1 the
 	// rule does not count it.
 	Cost func(Req) int
 	// FailureMode: FailOpen or FailClosed; FailDefault fails open.
-	FailureMode FailureMode
+	FailureMode enforce.FailureMode
 	// DryRun rules report but never block.
 	DryRun bool
 	// Settles makes Cost an estimate: the rule reserves it through the
@@ -50,18 +50,21 @@ type Spec[Req any] struct {
 // it is safe for concurrent use.
 type Rules[Req any] struct {
 	rules   []prepared[Req]
-	engine  *Engine
+	engine  *engine.Engine
 	set     settings
 	pkg     string // starts error messages
 	settles bool   // some rule settles
+	// badLog paces the logs of unusable real costs, apart from store
+	// failures.
+	badLog engine.Sampler
 }
 
 type prepared[Req any] struct {
 	applies      func(Req) bool
 	key          Key[Req]
 	prefix       string // "<rule>:<kind>:"
-	policies     []Policy
-	policiesFunc func(Req) []Policy
+	policies     []enforce.Policy
+	policiesFunc func(Req) []enforce.Policy
 	cost         func(Req) int
 	settles      bool
 	r            *rule
@@ -84,6 +87,7 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		set.metrics = m
 	}
 	rs := &Rules[Req]{engine: newEngine(store, set), set: set, pkg: pkg}
+	rs.badLog.Every = set.logEvery
 	seen := map[string]bool{}
 	for _, s := range specs {
 		p, err := prepare(set.metrics, def, s)
@@ -131,7 +135,7 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 // context. A Scratch serves one request: a store may keep the context it
 // was given.
 type Scratch struct {
-	ctx  guard.Room
+	ctx  engine.Room
 	held []held // reservations of rules that settle
 }
 
@@ -176,7 +180,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		if s == nil {
 			s = new(Scratch)
 		}
-		q.room = &s.ctx
+		q.UseRoom(&s.ctx)
 		b := append(kb[:0], p.prefix...)
 		b, ok := p.key.appendValue(b, req)
 		if !ok {
@@ -194,7 +198,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		}
 		delay = max(delay, v.Delay)
 	}
-	return Verdict{Outcome: Allowed, Delay: delay}, dst
+	return Verdict{Outcome: engine.Allowed, Delay: delay}, dst
 }
 
 // Settles reports whether any rule settles (Spec.Settles): a transport
@@ -211,130 +215,6 @@ func (rs *Rules[Req]) FailClosedRetryAfter() time.Duration { return rs.set.failR
 
 // Now reads the clock set with WithClock (default time.Now).
 func (rs *Rules[Req]) Now() time.Time { return rs.set.now() }
-
-// Key says whom a rule counts a request of type Req against. Transports
-// make their keys from ValueKey, FuncKey, GlobalKey and CompositeKey, so
-// every key is namespaced, composed and hashed the same way: the store key
-// is "<rule>:<kind>:<value>", a composite's value is its parts each
-// prefixed by its length and ':' (appendPart), and a value too long for a
-// store is replaced by its SHA-256 (see internal/storekey).
-type Key[Req any] struct {
-	kind  string
-	user  bool // kind chosen by the user: checked
-	value func(dst []byte, req Req) ([]byte, bool)
-	parts []Key[Req]
-	err   error
-}
-
-// ValueKey keys requests by what value appends to dst; kind names it in
-// store keys and is the transport's own ("ip", "header=X-Api-Key"). When
-// value returns false the request is not counted by the rule.
-func ValueKey[Req any](kind string, value func(dst []byte, req Req) ([]byte, bool)) Key[Req] {
-	return Key[Req]{kind: kind, value: value}
-}
-
-// FuncKey keys requests by what f returns: the authenticated user, the
-// tenant. kind, chosen by the user, names it in store keys: 1 to 32
-// characters without ':', '+', '=', spaces or quotes, so that it cannot
-// collide with a transport's kinds. When f returns false the request is
-// not counted.
-func FuncKey[Req any](kind string, f func(Req) (string, bool)) Key[Req] {
-	k := Key[Req]{kind: kind, user: true}
-	if f == nil {
-		k.err = fmt.Errorf("key %q has no function", kind)
-		return k
-	}
-	k.value = func(dst []byte, req Req) ([]byte, bool) {
-		v, ok := f(req)
-		return append(dst, v...), ok
-	}
-	return k
-}
-
-// GlobalKey counts every request a rule matches against one key.
-func GlobalKey[Req any]() Key[Req] {
-	return Key[Req]{kind: "all", value: func(dst []byte, _ Req) ([]byte, bool) { return dst, true }}
-}
-
-// CompositeKey keys requests by all of parts together; a request missing
-// any part is not counted. Parts do not nest.
-func CompositeKey[Req any](parts ...Key[Req]) Key[Req] {
-	return Key[Req]{parts: parts}
-}
-
-// BadKey is a key that makes NewRules fail with err: for a transport's key
-// constructor given an unusable argument.
-func BadKey[Req any](err error) Key[Req] { return Key[Req]{err: err} }
-
-func (k Key[Req]) isZero() bool { return k.kind == "" && k.parts == nil && k.err == nil }
-
-func (k Key[Req]) orDefault(def Key[Req]) Key[Req] {
-	if k.isZero() {
-		return def
-	}
-	if k.parts != nil {
-		parts := make([]Key[Req], len(k.parts))
-		for i, p := range k.parts {
-			parts[i] = p.orDefault(def)
-		}
-		k.parts = parts
-	}
-	return k
-}
-
-func (k *Key[Req]) kindName() string {
-	if k.parts == nil {
-		return k.kind
-	}
-	names := make([]string, len(k.parts))
-	for i := range k.parts {
-		names[i] = k.parts[i].kindName()
-	}
-	return strings.Join(names, "+")
-}
-
-func (k *Key[Req]) check() error {
-	switch {
-	case k.err != nil:
-		return k.err
-	case k.parts != nil:
-		if len(k.parts) < 2 {
-			return errors.New("a composite key needs at least two parts")
-		}
-		for i := range k.parts {
-			if k.parts[i].parts != nil {
-				return errors.New("composite keys do not nest")
-			}
-			if err := k.parts[i].check(); err != nil {
-				return err
-			}
-		}
-	case k.user:
-		if k.kind == "" || len(k.kind) > 32 || strings.ContainsAny(k.kind, ":+= \t\"") {
-			return fmt.Errorf("key kind %q: want 1 to 32 characters without ':', '+', '=', spaces or quotes", k.kind)
-		}
-	case k.value == nil:
-		return fmt.Errorf("key %q has no value", k.kind)
-	}
-	return nil
-}
-
-// appendValue appends the key's value for req to dst; false when req has
-// none.
-func (k *Key[Req]) appendValue(dst []byte, req Req) ([]byte, bool) {
-	if k.parts == nil {
-		return k.value(dst, req)
-	}
-	for i := range k.parts {
-		start := len(dst)
-		var ok bool
-		if dst, ok = k.parts[i].appendValue(dst, req); !ok {
-			return dst, false
-		}
-		dst = appendPart(dst, start)
-	}
-	return dst, true
-}
 
 // Sleep waits d, the shaping delay of an admitted request, or until ctx
 // ends. It gives up at once when ctx's deadline is sooner than d: the

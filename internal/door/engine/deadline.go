@@ -1,14 +1,4 @@
-// Package guard holds the two pieces the decision engine (internal/ruleset)
-// puts around every store call (the sampler also paces the Redis client's
-// log in tollgate serve): a deadline shared by the calls that start at about
-// the same time (Deadlines), and a limit on how often failures are logged
-// (Sampler).
-//
-// Store calls are bounded with AnswerBy: the sooner of the shared deadline
-// and the caller's own, less a reserve of the caller's time for the
-// answer. Sampled logs share one cadence (DefaultInterval) and one name for
-// the count of records left out (SkippedKey).
-package guard
+package engine
 
 import (
 	"context"

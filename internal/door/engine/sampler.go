@@ -1,16 +1,10 @@
-package guard
+package engine
 
 import (
 	"log/slog"
 	"sync"
 	"time"
 )
-
-// DefaultInterval is the default Sampler interval of every sampled log in
-// tollgate (the middleware's store failures, the service's, the Redis
-// client's own lines): one record per 10 s keeps an outage visible without
-// flooding the log.
-const DefaultInterval = 10 * time.Second
 
 // SkippedKey is the name of the attribute, on every sampled log record,
 // that says how many similar events were left out since the previous

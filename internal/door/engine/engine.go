@@ -1,4 +1,4 @@
-package ruleset
+package engine
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/enforce"
 )
 
 // Engine is the one step behind every door: httplimit's and grpclimit's
@@ -21,7 +21,7 @@ import (
 // store call it puts what a decision needs wherever it comes from:
 //
 //   - a deadline: the sooner of the engine's timeout and the caller's own
-//     deadline less a reserve for the answer (guard.Deadlines.AnswerIn),
+//     deadline less a reserve for the answer (Deadlines.AnswerIn),
 //     shared by every store call of one request (Request), and when the
 //     engine's timeout comes first, by the requests that start at about
 //     the same time;
@@ -43,12 +43,11 @@ import (
 type Engine struct {
 	store     tollgate.Store
 	settler   tollgate.Settler // store, if it can settle; nil otherwise
-	deadlines *guard.Deadlines // nil: no deadline of the engine's own
+	deadlines *Deadlines       // nil: no deadline of the engine's own
 	logger    *slog.Logger
 	now       func() time.Time
-	failLog   guard.Sampler
-	badLog    guard.Sampler // unusable actual costs, apart from store failures
-	pending   pending       // settles running after their response
+	failLog   Sampler
+	pending   pending // store calls running after their response (Later)
 }
 
 // NewEngine returns an Engine spending in store. timeout bounds each
@@ -57,9 +56,9 @@ type Engine struct {
 func NewEngine(store tollgate.Store, timeout time.Duration, logger *slog.Logger, logEvery time.Duration, now func() time.Time) *Engine {
 	e := &Engine{store: store, logger: logger, now: now}
 	e.settler, _ = store.(tollgate.Settler)
-	e.failLog.Every, e.badLog.Every = logEvery, logEvery
+	e.failLog.Every = logEvery
 	if timeout > 0 {
-		e.deadlines = guard.NewDeadlines(timeout)
+		e.deadlines = NewDeadlines(timeout)
 	}
 	return e
 }
@@ -69,8 +68,8 @@ func NewEngine(store tollgate.Store, timeout time.Duration, logger *slog.Logger,
 type Point struct {
 	// Rule names the rule in failure logs.
 	Rule string
-	// Mode is FailOpen or FailClosed (FailDefault fails open).
-	Mode FailureMode
+	// Mode is enforce.FailOpen or enforce.FailClosed (FailDefault fails open).
+	Mode enforce.FailureMode
 	// DryRun rules never block: a denial is DryRunDenied, a store failure
 	// FailedOpen.
 	DryRun bool
@@ -103,7 +102,7 @@ type Request struct {
 	e        *Engine
 	ctx      context.Context
 	cancel   context.CancelFunc
-	room     *guard.Room // where to make the shared deadline's context; nil: a new one
+	room     *Room // where to make the shared deadline's context; nil: a new one
 	armed    bool
 	timedOut atomic.Bool // a timeout of this request has been counted
 }
@@ -117,9 +116,14 @@ func (e *Engine) Begin(ctx context.Context) Request { return Request{e: e, ctx: 
 // there and saves an allocation a request. room must not be used by
 // another request while this one may still use its context; nil makes a
 // new one, as Begin.
-func (e *Engine) BeginIn(ctx context.Context, room *guard.Room) Request {
+func (e *Engine) BeginIn(ctx context.Context, room *Room) Request {
 	return Request{e: e, ctx: ctx, room: room}
 }
+
+// UseRoom makes the context of the request's store calls in room, as
+// BeginIn does, for a caller that has room only once it knows the request
+// will call the store. It must come before the first store call.
+func (q *Request) UseRoom(room *Room) { q.room = room }
 
 // End releases the request's deadline.
 func (q *Request) End() {
@@ -303,7 +307,7 @@ func deny(p *Point) Outcome {
 // may be an API key.
 func (q *Request) fail(ctx context.Context, p *Point, policy string, l tollgate.Limit, err error, called bool) Step {
 	st := Step{Outcome: FailedOpen, Result: tollgate.Result{Limit: l}, Err: err}
-	if p.Mode == FailClosed && !p.DryRun {
+	if p.Mode == enforce.FailClosed && !p.DryRun {
 		st.Outcome = FailedClosed
 	}
 	if !called {
@@ -339,7 +343,7 @@ func (q *Request) report(ctx context.Context, p *Point, policy, outcome string, 
 	if policy != "" {
 		attrs = append(attrs, slog.String("policy", policy))
 	}
-	attrs = append(attrs, slog.String("outcome", outcome), slog.String("error", err.Error()), guard.Skipped(skipped))
+	attrs = append(attrs, slog.String("outcome", outcome), slog.String("error", err.Error()), Skipped(skipped))
 	// WithoutCancel: the record must not be dropped by a handler that
 	// checks the (probably expired) request context.
 	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, msg, attrs...)
@@ -347,7 +351,7 @@ func (q *Request) report(ctx context.Context, p *Point, policy, outcome string, 
 
 // expired reports whether ctx is done or past its deadline. The store
 // sees the deadline (go-redis sets it on the socket) and can give up at it
-// before the shared timer of guard.Deadlines marks ctx done, up to a
+// before the shared timer of Deadlines marks ctx done, up to a
 // millisecond later.
 func expired(ctx context.Context) bool {
 	if ctx.Err() != nil {
@@ -366,3 +370,17 @@ func IsTimeout(ctx context.Context, err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// Later runs f on a goroutine of its own, for store calls made after the
+// response (a settle): Drain waits for it.
+func (e *Engine) Later(f func()) {
+	e.pending.add()
+	go func() {
+		defer e.pending.done()
+		f()
+	}()
+}
+
+// Drain waits until the calls started with Later have returned, or until
+// ctx ends (its error then).
+func (e *Engine) Drain(ctx context.Context) error { return e.pending.wait(ctx) }

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"sync"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/guard"
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
 // A rule that settles (Spec.Settles) reserves its cost as an estimate
@@ -94,7 +93,7 @@ func (rs *Rules[Req]) Refund(ctx context.Context, s *Scratch) {
 // after the server has stopped taking requests, so that the last
 // corrections are not lost; tests call it to see a settle's effect.
 func (rs *Rules[Req]) Drain(ctx context.Context) error {
-	return rs.engine.pending.wait(ctx)
+	return rs.engine.Drain(ctx)
 }
 
 // settleLater makes the store calls of hs on a goroutine of their own,
@@ -105,16 +104,14 @@ func (rs *Rules[Req]) settleLater(ctx context.Context, hs []held) {
 	}
 	ctx = context.WithoutCancel(ctx)
 	e := rs.engine
-	e.pending.add()
-	go func() {
-		defer e.pending.done()
+	e.Later(func() {
 		q := e.Begin(ctx)
 		defer q.End()
 		for i := range hs {
 			h := &hs[i]
 			_ = q.Settle(&rs.rules[h.rule].r.point, h.policy, h.key, h.limit, h.at, h.cost, h.actual)
 		}
-	}()
+	})
 }
 
 func hasCorrection(hs []held) bool {
@@ -134,13 +131,12 @@ func (rs *Rules[Req]) badCost(ctx context.Context, rule int, err error) {
 	if r.m.badCosts != nil {
 		r.m.badCosts.Inc()
 	}
-	e := rs.engine
-	ok, skipped := e.badLog.Allow(e.now())
+	ok, skipped := rs.badLog.Allow(rs.set.now())
 	if !ok {
 		return
 	}
-	e.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: the response reported a cost that cannot be used; the estimate stands",
-		slog.String("rule", r.name), slog.String("error", err.Error()), guard.Skipped(skipped))
+	rs.set.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: the response reported a cost that cannot be used; the estimate stands",
+		slog.String("rule", r.name), slog.String("error", err.Error()), engine.Skipped(skipped))
 }
 
 // MaxActual is the largest real cost ParseCost accepts: 2^53 − 1, the
@@ -197,45 +193,4 @@ func trimSpace(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
-}
-
-// pending counts the settles running in the background, for Drain.
-type pending struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n is 0; nil means closed
-}
-
-func (p *pending) add() {
-	p.mu.Lock()
-	if p.n == 0 {
-		p.idle = make(chan struct{})
-	}
-	p.n++
-	p.mu.Unlock()
-}
-
-func (p *pending) done() {
-	p.mu.Lock()
-	p.n--
-	if p.n == 0 {
-		close(p.idle)
-	}
-	p.mu.Unlock()
-}
-
-func (p *pending) wait(ctx context.Context) error {
-	p.mu.Lock()
-	idle := p.idle
-	n := p.n
-	p.mu.Unlock()
-	if n == 0 {
-		return nil
-	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -1,0 +1,177 @@
+package ruleset
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/headers"
+	"github.com/tollgate/tollgate/internal/door/engine"
+)
+
+// Verdict is a rule's decision on one request.
+type Verdict struct {
+	Outcome engine.Outcome
+	// Policy is the binding policy: the one that denied the request, or
+	// when all admitted it, the one closest to running out. Empty when the
+	// store failed before any policy answered.
+	Policy string
+	// Result is the binding policy's result.
+	Result tollgate.Result
+	// Delay is how long an admitted request must wait before it goes: the
+	// longest shaping delay of the policies (a LeakyBucket with MaxDelay).
+	Delay time.Duration
+	// Rule names the rule that blocked the request (Rules.Decide).
+	Rule string
+	// Err is why the store could not decide (FailedOpen, FailedClosed), or
+	// for Denied, tollgate.ErrCostExceedsBurst when the request costs more
+	// than the policy can ever admit, so retrying is pointless.
+	Err error
+}
+
+// rule is a prepared rule: its name, failure mode and dry-run flag, bound to
+// an engine and to its metrics. Made once per rule at start and shared.
+type rule struct {
+	name   string
+	dryRun bool
+	m      ruleMetrics
+	point  engine.Point
+}
+
+// rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
+// without ':' (it namespaces keys and labels metrics).
+func newRule(m *Metrics, name string, mode enforce.FailureMode, dryRun bool) (*rule, error) {
+	if err := checkName("rule", name); err != nil {
+		return nil, err
+	}
+	if mode > enforce.FailClosed {
+		return nil, fmt.Errorf("rule %q: unknown failure mode %d", name, mode)
+	}
+	if mode == enforce.FailDefault {
+		mode = enforce.FailOpen // the default of Rules
+	}
+	r := &rule{name: name, dryRun: dryRun}
+	if m != nil {
+		r.m = m.forRule(name)
+	}
+	r.point = engine.Point{Rule: name, Mode: mode, DryRun: dryRun, Latency: r.m.latency, Errors: r.m.errors}
+	return r, nil
+}
+
+// checkName reports whether name is usable as a rule or policy name: 1 to 64
+// printable ASCII characters without ':' or '"'. what names it in the error.
+func checkName(what, name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("a %s name must be 1 to 64 characters, got %q", what, name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x21 || c > 0x7e || c == ':' || c == '"' || c == '\\' {
+			return fmt.Errorf("%s name %q: only printable ASCII without spaces, ':', '\"' or '\\'", what, name)
+		}
+	}
+	return nil
+}
+
+// checkPolicies reports whether policies can be used together in one rule:
+// valid names and limits, and no two sharing an algorithm and a period, which
+// would make them share one counter for a key.
+func checkPolicies(policies []enforce.Policy) error {
+	if len(policies) == 0 {
+		return errors.New("a rule needs at least one policy")
+	}
+	for i, p := range policies {
+		if err := checkName("policy", p.Name); err != nil {
+			return err
+		}
+		if err := p.Limit.Validate(); err != nil {
+			return fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		for _, q := range policies[:i] {
+			if q.Name == p.Name {
+				return fmt.Errorf("two policies named %q", p.Name)
+			}
+			if q.Limit.Algorithm == p.Limit.Algorithm && q.Limit.Period == p.Limit.Period {
+				return fmt.Errorf("policies %q and %q are both %s per %v: they would share one counter; give them different periods or algorithms", q.Name, p.Name, p.Limit.Algorithm, p.Limit.Period)
+			}
+		}
+	}
+	return nil
+}
+
+// decide decides the request identified by key under policies, spending
+// cost (at least 1) on each policy that admits it, in order, and stopping at
+// the first that denies. It appends one headers.Decision per policy that
+// answered to dst (marked DryRun for a dry-run rule) and returns it with the
+// verdict.
+//
+// When hold is not nil the rule settles: it reserves through the store's
+// ReserveN, and appends each admitted reservation to *hold, under the
+// rule's index idx.
+func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, idx int, hold *[]held) (Verdict, []headers.Decision) {
+	v := Verdict{Outcome: engine.Allowed, Rule: r.name}
+	first := len(dst)
+	for _, p := range policies {
+		var st engine.Step
+		if hold == nil {
+			st = q.Spend(&r.point, p.Name, key, p.Limit, cost)
+		} else {
+			var at int64
+			if st, at = q.Reserve(&r.point, p.Name, key, p.Limit, cost); st.Outcome == engine.Allowed {
+				*hold = append(*hold, held{rule: idx, policy: p.Name, key: key, limit: p.Limit, at: at, cost: cost})
+			}
+		}
+		switch st.Outcome {
+		case engine.FailedOpen, engine.FailedClosed:
+			v = Verdict{Outcome: st.Outcome, Rule: r.name, Policy: p.Name, Err: st.Err}
+			r.count(v.Outcome)
+			return v, dst
+		case engine.Allowed:
+			dst = append(dst, headers.Decision{Policy: p.Name, Result: st.Result, DryRun: r.dryRun})
+			v.Delay = max(v.Delay, st.Result.Delay)
+			continue
+		}
+		if st.Err != nil {
+			// Not a failure: this request can never pass.
+			v = Verdict{Outcome: st.Outcome, Rule: r.name, Policy: p.Name, Result: st.Result, Err: st.Err}
+			break
+		}
+		dst = append(dst, headers.Decision{Policy: p.Name, Result: st.Result, DryRun: r.dryRun})
+		v.Outcome = st.Outcome
+		break
+	}
+	if v.Err == nil {
+		if b := first + bindingAmong(dst[first:]); b >= first {
+			v.Policy, v.Result = dst[b].Policy, dst[b].Result
+		}
+	}
+	if v.Outcome == engine.DryRunDenied {
+		v.Delay = 0 // a dry run does not shape either
+	}
+	r.count(v.Outcome)
+	return v, dst
+}
+
+// bindingAmong is headers.Binding, treating dry-run decisions as binding
+// (a dry-run rule reports its own would-be verdict).
+func bindingAmong(ds []headers.Decision) int {
+	if len(ds) == 0 {
+		return -1
+	}
+	if !ds[0].DryRun {
+		return headers.Binding(ds)
+	}
+	var buf [8]headers.Decision
+	tmp := append(buf[:0], ds...)
+	for i := range tmp {
+		tmp[i].DryRun = false
+	}
+	return headers.Binding(tmp)
+}
+
+func (r *rule) count(o engine.Outcome) {
+	if c := r.m.decisions[o]; c != nil {
+		c.Inc()
+	}
+}
