@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/internal/store/exact"
+	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/redisstore"
 )
 
