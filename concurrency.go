@@ -2,11 +2,9 @@ package tollgate
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -95,7 +93,7 @@ type ConcurrencyResult struct {
 	RetryAfter time.Duration
 }
 
-// Bounds of a concurrency limit, checked by CheckAcquire.
+// Bounds of a concurrency limit, which every ConcurrencyStore checks.
 const (
 	// MaxConcurrency is the largest max a key accepts. A key keeps one entry
 	// per held permit, so it bounds the memory of a key (in Redis, roughly
@@ -118,62 +116,6 @@ var (
 	ErrInvalidPermit = errors.New("tollgate: invalid permit")
 )
 
-// CheckAcquire validates an Acquire the way every ConcurrencyStore does
-// before it touches any state, and returns the lease in whole microseconds,
-// rounded up. The key must be 1 to MaxKeyLen bytes (ErrInvalidKey), max 1 to
-// MaxConcurrency and the lease MinLease to MaxLease (ErrInvalidLimit).
-func CheckAcquire(key string, max int, lease time.Duration) (int64, error) {
-	if err := checkKey(key); err != nil {
-		return 0, err
-	}
-	if max < 1 || max > MaxConcurrency {
-		return 0, fmt.Errorf("%w: max concurrent must be 1 to %d, got %d", ErrInvalidLimit, MaxConcurrency, max)
-	}
-	return CheckLease(lease)
-}
-
-// CheckLease validates a lease (MinLease to MaxLease, else ErrInvalidLimit)
-// and returns it in whole microseconds, rounded up: a lease is never
-// shorter than asked.
-func CheckLease(lease time.Duration) (int64, error) {
-	if lease < MinLease || lease > MaxLease {
-		return 0, fmt.Errorf("%w: a lease must be %v to %v, got %v", ErrInvalidLimit, MinLease, MaxLease, lease)
-	}
-	return int64((lease + time.Microsecond - 1) / time.Microsecond), nil
-}
-
-// CheckPermit validates a Permit before Release or Renew: a valid key and an
-// ID of 32 lowercase hex digits, as NewPermitID and PermitID make
-// (ErrInvalidPermit).
-func CheckPermit(p Permit) error {
-	if err := checkKey(p.Key); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidPermit, err)
-	}
-	return checkID(p.ID)
-}
-
-// CheckAcquireID validates an AcquireID as CheckAcquire does, and its ID
-// as CheckPermit does.
-func CheckAcquireID(key, id string, max int, lease time.Duration) (int64, error) {
-	leaseUS, err := CheckAcquire(key, max, lease)
-	if err != nil {
-		return 0, err
-	}
-	return leaseUS, checkID(id)
-}
-
-func checkID(id string) error {
-	if len(id) != 32 {
-		return fmt.Errorf("%w: an ID is 32 hex digits, got %d bytes", ErrInvalidPermit, len(id))
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return fmt.Errorf("%w: an ID is 32 lowercase hex digits", ErrInvalidPermit)
-		}
-	}
-	return nil
-}
-
 // PermitID returns the permit ID that name stands for: the first 128 bits
 // of its SHA-256, in 32 hex digits. Every process computes the same ID
 // from the same name, so a request's own identifier (Envoy's
@@ -186,20 +128,4 @@ func checkID(id string) error {
 func PermitID(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return hex.EncodeToString(sum[:16])
-}
-
-// NewPermitID returns a fresh permit ID: 128 bits from crypto/rand in 32
-// hex digits. Random IDs need no coordination between processes, and two
-// holders drawing the same one is as likely as guessing a 128-bit key.
-func NewPermitID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand crashes the program rather)
-	return hex.EncodeToString(b[:])
-}
-
-func checkKey(key string) error {
-	if len(key) == 0 || len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: a key must be 1 to %d bytes, got %d", ErrInvalidKey, MaxKeyLen, len(key))
-	}
-	return nil
 }

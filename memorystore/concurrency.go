@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/store/exact"
+	"github.com/tollgate/tollgate/internal/store/permit"
 )
 
 // Concurrency is a tollgate.ConcurrencyStore in process memory: concurrency
@@ -100,17 +101,17 @@ func (s *Concurrency) shard(key string) *concShard {
 // Acquire implements tollgate.ConcurrencyStore.
 func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
 	res := tollgate.ConcurrencyResult{Max: max}
-	leaseUS, err := tollgate.CheckAcquire(key, max, lease)
+	leaseUS, err := permit.CheckAcquire(key, max, lease)
 	if err != nil {
 		return tollgate.Permit{}, res, fmt.Errorf("memorystore: acquire: %w", err)
 	}
 	// Drawn before the lock: it reads the system's random source.
-	return s.acquire(ctx, key, tollgate.NewPermitID(), max, leaseUS)
+	return s.acquire(ctx, key, permit.NewID(), max, leaseUS)
 }
 
 // AcquireID implements tollgate.ConcurrencyStore.
 func (s *Concurrency) AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
-	leaseUS, err := tollgate.CheckAcquireID(key, id, max, lease)
+	leaseUS, err := permit.CheckAcquireID(key, id, max, lease)
 	if err != nil {
 		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("memorystore: acquire: %w", err)
 	}
@@ -159,7 +160,7 @@ func (s *Concurrency) acquire(ctx context.Context, key, id string, max int, leas
 
 // Release implements tollgate.ConcurrencyStore.
 func (s *Concurrency) Release(ctx context.Context, p tollgate.Permit) error {
-	if err := tollgate.CheckPermit(p); err != nil {
+	if err := permit.Check(p); err != nil {
 		return fmt.Errorf("memorystore: release: %w", err)
 	}
 	now, err := s.clock()
@@ -180,10 +181,10 @@ func (s *Concurrency) Release(ctx context.Context, p tollgate.Permit) error {
 
 // Renew implements tollgate.ConcurrencyStore.
 func (s *Concurrency) Renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
-	if err := tollgate.CheckPermit(p); err != nil {
+	if err := permit.Check(p); err != nil {
 		return p, fmt.Errorf("memorystore: renew: %w", err)
 	}
-	leaseUS, err := tollgate.CheckLease(lease)
+	leaseUS, err := permit.CheckLease(lease)
 	if err != nil {
 		return p, fmt.Errorf("memorystore: renew: %w", err)
 	}

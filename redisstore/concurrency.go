@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/store/permit"
 )
 
 // The concurrency scripts: lua/lib.lua followed by lua/concurrency_*.lua,
@@ -47,17 +48,17 @@ func (s *Store) ConcurrencyKey(key string) string {
 // their own, also with WithPipeline: they guard slow work, where a round
 // trip saved is nothing.
 func (s *Store) Acquire(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
-	leaseUS, err := tollgate.CheckAcquire(key, max, lease)
+	leaseUS, err := permit.CheckAcquire(key, max, lease)
 	if err != nil {
 		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	return s.acquire(ctx, key, tollgate.NewPermitID(), max, leaseUS)
+	return s.acquire(ctx, key, permit.NewID(), max, leaseUS)
 }
 
 // AcquireID implements tollgate.ConcurrencyStore: Acquire's script call,
 // with the caller's ID. The script refuses an ID the key already holds.
 func (s *Store) AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
-	leaseUS, err := tollgate.CheckAcquireID(key, id, max, lease)
+	leaseUS, err := permit.CheckAcquireID(key, id, max, lease)
 	if err != nil {
 		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -96,7 +97,7 @@ func (s *Store) acquire(ctx context.Context, key, id string, max int, leaseUS in
 // cancelled — context.WithoutCancel(ctx) in a defer — or the slot stays
 // taken until the lease ends.
 func (s *Store) Release(ctx context.Context, p tollgate.Permit) error {
-	if err := tollgate.CheckPermit(p); err != nil {
+	if err := permit.Check(p); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
 	now, err := s.clock()
@@ -117,10 +118,10 @@ func (s *Store) Release(ctx context.Context, p tollgate.Permit) error {
 // Renew implements tollgate.ConcurrencyStore: one script call
 // (lua/concurrency_renew.lua).
 func (s *Store) Renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
-	if err := tollgate.CheckPermit(p); err != nil {
+	if err := permit.Check(p); err != nil {
 		return p, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	leaseUS, err := tollgate.CheckLease(lease)
+	leaseUS, err := permit.CheckLease(lease)
 	if err != nil {
 		return p, fmt.Errorf("redisstore: renew: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/store/permit"
 	"github.com/tollgate/tollgate/internal/test/conformance"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -142,7 +143,7 @@ func TestConcurrencyCorruptKey(t *testing.T) {
 	if err == nil || res.Allowed || p != (tollgate.Permit{}) || !strings.HasPrefix(err.Error(), "redisstore: acquire: ") {
 		t.Errorf("Acquire on a string key: %+v, %+v, %v; want a redisstore error", p, res, err)
 	}
-	good := tollgate.Permit{Key: k, ID: tollgate.NewPermitID()}
+	good := tollgate.Permit{Key: k, ID: permit.NewID()}
 	if err := s.Release(ctx, good); err == nil {
 		t.Error("Release on a string key: no error")
 	}

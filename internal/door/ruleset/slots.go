@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/door/storekey"
+	"github.com/tollgate/tollgate/internal/store/permit"
 )
 
 // DefaultLease is a concurrency rule's lease when it sets none: long
@@ -58,7 +59,7 @@ func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int,
 	}
 	// The store checks max and lease the same way on every call; checked
 	// here, a bad rule fails at start rather than on every request.
-	if _, err := tollgate.CheckAcquire(name, max, lease); err != nil {
+	if _, err := permit.CheckAcquire(name, max, lease); err != nil {
 		return nil, fmt.Errorf("%s: concurrency rule %q: %w", pkg, name, err)
 	}
 	s := &Slots{store: store, name: name, max: max, lease: lease, closed: mode == enforce.FailClosed, set: newSettings(opts)}

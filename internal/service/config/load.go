@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/store/permit"
 )
 
 // Error is one problem in a file, located to its line and column.
@@ -635,7 +636,7 @@ func (b *builder) lease(v *yaml.Node) time.Duration {
 		b.errorf(v, "lease %q is not a duration (write it as 30s, 5m or 1h30m)", s)
 		return 0
 	}
-	if _, err := tollgate.CheckLease(d); err != nil {
+	if _, err := permit.CheckLease(d); err != nil {
 		b.errorf(v, "lease %v: a lease must be %v to %v", d, tollgate.MinLease, tollgate.MaxLease)
 		return 0
 	}
