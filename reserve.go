@@ -131,10 +131,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, estimate
 // Settle corrects the key by actual − Cost: a refund when the request cost
 // less than its estimate, an extra charge when it cost more (see Settler for
 // what each algorithm does). It returns the key's state after the
-// correction. A second Settle (or Refund) returns ErrSettled and changes
-// nothing. A Settle of a denied reservation, which spent nothing, changes
-// nothing either and returns its Result, with no error. A negative actual is ErrInvalidCost, and the reservation stays
-// unsettled. A store that fails leaves the reservation settled, the
+// correction. Settle(ctx, 0) gives the whole estimate back, as if the
+// request had never been admitted, by the algorithms that can say so.
+//
+// A second Settle returns ErrSettled and changes nothing. A Settle of a
+// denied reservation, which spent nothing, changes nothing either and
+// returns its Result, with no error. A negative actual is ErrInvalidCost,
+// and the reservation stays unsettled. A store that fails leaves the reservation settled, the
 // correction perhaps not made: a retry could count it twice.
 //
 // Give it a context the end of the request does not cancel
@@ -155,12 +158,6 @@ func (r *Reservation) Settle(ctx context.Context, actual int) (Result, error) {
 		defer cancel()
 	}
 	return r.store.SettleN(ctx, r.Key, r.Limit, r.at, r.Cost, actual)
-}
-
-// Refund gives the whole estimate back, as if the request had never been
-// admitted by the algorithms that can say so: Settle(ctx, 0).
-func (r *Reservation) Refund(ctx context.Context) (Result, error) {
-	return r.Settle(ctx, 0)
 }
 
 // CheckSettle validates a SettleN the way every Settler does before it

@@ -108,7 +108,6 @@ func TestReservationSettlesOnce(t *testing.T) {
 		settle func(context.Context, *tollgate.Reservation) (tollgate.Result, error)
 	}{
 		{"Settle", func(ctx context.Context, r *tollgate.Reservation) (tollgate.Result, error) { return r.Settle(ctx, 0) }},
-		{"Refund", func(ctx context.Context, r *tollgate.Reservation) (tollgate.Result, error) { return r.Refund(ctx) }},
 	}
 	for _, tc := range second {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,7 +148,7 @@ func TestReservationSettlesOnceConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := r.Refund(ctx)
+			_, err := r.Settle(ctx, 0)
 			switch {
 			case err == nil:
 				settled.Add(1)
