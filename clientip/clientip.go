@@ -57,14 +57,29 @@ type Resolver struct {
 	v6Bits  int // 0 means 64
 }
 
-// Option configures a Resolver.
-type Option func(*Resolver) error
+// Option configures a Resolver. An option with an unusable argument makes
+// New fail, naming it.
+type Option func(*options)
+
+// options are what the Options set: the Resolver being built, and the
+// first unusable argument.
+type options struct {
+	r   Resolver
+	err error
+}
+
+// fail records err unless an earlier option already failed.
+func (o *options) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
 
 // TrustProxies trusts the proxies in the given CIDR ranges ("10.0.0.0/8",
 // "2001:db8::/32") or single addresses ("192.0.2.10"). Only a request whose
 // peer is trusted has its forwarding header read.
 func TrustProxies(cidrs ...string) Option {
-	return func(r *Resolver) error {
+	return func(o *options) {
 		for _, c := range cidrs {
 			c = strings.TrimSpace(c)
 			var p netip.Prefix
@@ -77,24 +92,11 @@ func TrustProxies(cidrs ...string) Option {
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
 			if err != nil {
-				return fmt.Errorf("clientip: trusted proxy %q is not an address or CIDR range: %w", c, err)
+				o.fail(fmt.Errorf("clientip: trusted proxy %q is not an address or CIDR range: %w", c, err))
+				return
 			}
-			r.trusted = append(r.trusted, unmapPrefix(p))
+			o.r.trusted = append(o.r.trusted, unmapPrefix(p))
 		}
-		return nil
-	}
-}
-
-// TrustPrefixes trusts the proxies in the given ranges.
-func TrustPrefixes(ps ...netip.Prefix) Option {
-	return func(r *Resolver) error {
-		for _, p := range ps {
-			if !p.IsValid() {
-				return fmt.Errorf("clientip: trusted proxy range %v is not valid", p)
-			}
-			r.trusted = append(r.trusted, unmapPrefix(p))
-		}
-		return nil
 	}
 }
 
@@ -102,58 +104,59 @@ func TrustPrefixes(ps ...netip.Prefix) Option {
 // (the default), "Forwarded" (RFC 7239), or any header holding a single
 // address, such as "X-Real-IP", "True-Client-IP" or "CF-Connecting-IP".
 func FromHeader(name string) Option {
-	return func(r *Resolver) error {
+	return func(o *options) {
 		name = http.CanonicalHeaderKey(strings.TrimSpace(name))
 		if name == "" {
-			return fmt.Errorf("clientip: empty header name")
+			o.fail(fmt.Errorf("clientip: empty header name"))
+			return
 		}
-		r.header = name
+		o.r.header = name
 		switch name {
 		case "X-Forwarded-For":
-			r.kind = kindXFF
+			o.r.kind = kindXFF
 		case "Forwarded":
-			r.kind = kindForwarded
+			o.r.kind = kindForwarded
 		default:
-			r.kind = kindSingle
+			o.r.kind = kindSingle
 		}
-		return nil
 	}
 }
 
 // GroupIPv6 keys IPv6 clients by their first bits bits (default 64; 128
 // keys each address on its own).
 func GroupIPv6(bits int) Option {
-	return func(r *Resolver) error {
+	return func(o *options) {
 		if bits < 1 || bits > 128 {
-			return fmt.Errorf("clientip: IPv6 group must be 1 to 128 bits, got %d", bits)
+			o.fail(fmt.Errorf("clientip: IPv6 group must be 1 to 128 bits, got %d", bits))
+			return
 		}
-		r.v6Bits = bits
-		return nil
+		o.r.v6Bits = bits
 	}
 }
 
 // GroupIPv4 keys IPv4 clients by their first bits bits (default 32: each
 // address on its own; 24 groups a /24).
 func GroupIPv4(bits int) Option {
-	return func(r *Resolver) error {
+	return func(o *options) {
 		if bits < 1 || bits > 32 {
-			return fmt.Errorf("clientip: IPv4 group must be 1 to 32 bits, got %d", bits)
+			o.fail(fmt.Errorf("clientip: IPv4 group must be 1 to 32 bits, got %d", bits))
+			return
 		}
-		r.v4Bits = bits
-		return nil
+		o.r.v4Bits = bits
 	}
 }
 
 // New returns a Resolver configured by opts, or the first configuration
 // error.
 func New(opts ...Option) (*Resolver, error) {
-	r := &Resolver{}
-	for _, o := range opts {
-		if err := o(r); err != nil {
-			return nil, err
-		}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return r, nil
+	if o.err != nil {
+		return nil, o.err
+	}
+	return &o.r, nil
 }
 
 // MustNew is New that panics on a configuration error, for package-level
@@ -175,8 +178,8 @@ func (r *Resolver) Header() string {
 	return r.header
 }
 
-// Trusted reports whether a is a trusted proxy.
-func (r *Resolver) Trusted(a netip.Addr) bool {
+// isTrusted reports whether a is a trusted proxy.
+func (r *Resolver) isTrusted(a netip.Addr) bool {
 	a = a.Unmap()
 	for _, p := range r.trusted {
 		if p.Contains(a) {
@@ -191,20 +194,22 @@ func (r *Resolver) Trusted(a netip.Addr) bool {
 // returns the zero Addr when RemoteAddr is not an IP address (a Unix
 // socket, for instance).
 func (r *Resolver) Addr(req *http.Request) netip.Addr {
-	peer := ParsePeer(req.RemoteAddr)
-	if !peer.IsValid() || len(r.trusted) == 0 {
-		return peer
+	if len(r.trusted) == 0 {
+		return parsePeer(req.RemoteAddr) // no header to read
 	}
-	return r.Resolve(peer, req.Header[r.Header()])
+	return r.Resolve(req.RemoteAddr, req.Header[r.Header()])
 }
 
-// Resolve returns the client address for a connection from peer whose
-// request carried fieldLines in the configured header (every line, in the
-// order received). It is Addr without net/http: a gRPC server passes the
-// values of its "x-forwarded-for" metadata.
-func (r *Resolver) Resolve(peer netip.Addr, fieldLines []string) netip.Addr {
-	peer = peer.Unmap().WithZone("")
-	if !r.Trusted(peer) || len(fieldLines) == 0 {
+// Resolve returns the client address for a connection from remoteAddr
+// ("host:port" or a bare host, as http.Request.RemoteAddr and a gRPC peer's
+// address spell it) whose request carried fieldLines in the configured
+// header (every line, in the order received). It is Addr without net/http:
+// a gRPC server passes its peer's address and the values of its
+// "x-forwarded-for" metadata. It returns the zero Addr when remoteAddr is
+// not an IP address (a Unix socket, for instance).
+func (r *Resolver) Resolve(remoteAddr string, fieldLines []string) netip.Addr {
+	peer := parsePeer(remoteAddr)
+	if !peer.IsValid() || !r.isTrusted(peer) || len(fieldLines) == 0 {
 		return peer
 	}
 	if r.kind == kindSingle {
@@ -234,16 +239,16 @@ func (r *Resolver) Resolve(peer netip.Addr, fieldLines []string) netip.Addr {
 			return client
 		}
 		client = a
-		if !r.Trusted(a) {
+		if !r.isTrusted(a) {
 			return a
 		}
 	}
 	return client // every hop trusted: the leftmost is the client
 }
 
-// Prefix returns the group a belongs to: its /64 (GroupIPv6) for IPv6, the
+// prefix returns the group a belongs to: its /64 (GroupIPv6) for IPv6, the
 // address itself (GroupIPv4) for IPv4.
-func (r *Resolver) Prefix(a netip.Addr) netip.Prefix {
+func (r *Resolver) prefix(a netip.Addr) netip.Prefix {
 	a = a.Unmap().WithZone("")
 	bits := r.v4Bits
 	if bits == 0 {
@@ -266,7 +271,7 @@ func (r *Resolver) AppendKey(dst []byte, a netip.Addr) []byte {
 	if !a.IsValid() {
 		return dst
 	}
-	p := r.Prefix(a)
+	p := r.prefix(a)
 	if p.Bits() == p.Addr().BitLen() {
 		return p.Addr().AppendTo(dst)
 	}
@@ -284,10 +289,10 @@ func (r *Resolver) Key(req *http.Request) string {
 	return string(r.AppendKey(buf[:0], a))
 }
 
-// ParsePeer parses a connection's remote address, "host:port" or a bare
+// parsePeer parses a connection's remote address, "host:port" or a bare
 // host, as http.Request.RemoteAddr and gRPC's peer hold it. It returns the
 // zero Addr when it is not an IP address.
-func ParsePeer(remoteAddr string) netip.Addr {
+func parsePeer(remoteAddr string) netip.Addr {
 	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
 		return ap.Addr().Unmap().WithZone("")
 	}

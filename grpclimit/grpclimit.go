@@ -118,12 +118,11 @@ func Peer() Key {
 		if !ok || p.Addr == nil {
 			return dst, false
 		}
-		addr := clientip.ParsePeer(p.Addr.String())
+		md, _ := metadata.FromIncomingContext(c.ctx)
+		addr := c.ips.Resolve(p.Addr.String(), md.Get(c.ipHeader))
 		if !addr.IsValid() {
 			return append(dst, p.Addr.String()...), true
 		}
-		md, _ := metadata.FromIncomingContext(c.ctx)
-		addr = c.ips.Resolve(addr, md.Get(c.ipHeader))
 		return c.ips.AppendKey(dst, addr), true
 	})
 }
