@@ -55,15 +55,14 @@ type ConcurrencyRule struct {
 	FailureMode enforce.FailureMode
 }
 
-// ConcurrencyLimiter holds one ConcurrencyRule and makes its interceptors.
-// Safe for concurrent use.
-type ConcurrencyLimiter struct {
+// concurrency is one ConcurrencyRule, ready to serve.
+type concurrency struct {
 	slots   *ruleset.Slots
 	applies func(ctx context.Context, fullMethod string) bool // nil: all calls
 	key     func(ctx context.Context, fullMethod string) (string, bool)
 }
 
-// Concurrency returns a ConcurrencyLimiter holding the calls rule matches
+// Concurrency returns a Limiter holding the calls rule matches
 // to its concurrency limit: before the handler runs, its interceptors take
 // one of Max slots on the call's key from store, and they give the slot
 // back when the handler returns, or panics. A stream holds its slot from
@@ -88,8 +87,8 @@ type ConcurrencyLimiter struct {
 // without a store call for a slot:
 //
 //	grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor(), conc.UnaryServerInterceptor())
-func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...Option) (*ConcurrencyLimiter, error) {
-	slots, err := ruleset.NewSlots("grpclimit", store, rule.Name, rule.Max, rule.Lease, rule.FailureMode, opts...)
+func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...Option) (*Limiter, error) {
+	slots, err := ruleset.NewSlots("grpclimit", store, rule.Name, rule.Max, rule.Lease, rule.FailureMode, newOptions(opts).shared...)
 	if err != nil {
 		return nil, err
 	}
@@ -100,43 +99,38 @@ func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: concurrency rule %q: %w", rule.Name, err)
 	}
-	return &ConcurrencyLimiter{slots: slots, applies: applies, key: rule.Key}, nil
+	return &Limiter{conc: &concurrency{slots: slots, applies: applies, key: rule.Key}}, nil
 }
 
-// UnaryServerInterceptor holds each unary call to the limit while its
-// handler runs.
-func (c *ConcurrencyLimiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		h, err := c.acquire(ctx, info.FullMethod)
-		if err != nil {
-			return nil, err
-		}
-		if h != nil {
-			defer h.End()
-		}
-		return handler(ctx, req)
+// unary holds each unary call to the limit while its handler runs.
+func (c *concurrency) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	h, err := c.acquire(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
 	}
+	if h != nil {
+		defer h.End()
+	}
+	return handler(ctx, req)
 }
 
-// StreamServerInterceptor holds each stream to the limit from when it
-// opens until its handler returns.
-func (c *ConcurrencyLimiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		h, err := c.acquire(ss.Context(), info.FullMethod)
-		if err != nil {
-			return err
-		}
-		if h != nil {
-			defer h.End()
-		}
-		return handler(srv, ss)
+// stream holds each stream to the limit from when it opens until its
+// handler returns.
+func (c *concurrency) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	h, err := c.acquire(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
 	}
+	if h != nil {
+		defer h.End()
+	}
+	return handler(srv, ss)
 }
 
 // acquire takes a slot for a call and returns its holding (nil when the
 // call runs without a slot: the rule does not apply, or failed open), or
 // the status error the call fails with.
-func (c *ConcurrencyLimiter) acquire(ctx context.Context, method string) (*ruleset.Holding, error) {
+func (c *concurrency) acquire(ctx context.Context, method string) (*ruleset.Holding, error) {
 	if c.applies != nil && !c.applies(ctx, method) {
 		return nil, nil
 	}

@@ -70,7 +70,7 @@ func recoverPanics(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handle
 
 // serveConc starts a real gRPC server on loopback with svc behind conc's
 // interceptors (and a panic recovery outside them), and returns a client.
-func serveConc(t *testing.T, conc *grpclimit.ConcurrencyLimiter, svc *healthService) healthpb.HealthClient {
+func serveConc(t *testing.T, conc *grpclimit.Limiter, svc *healthService) healthpb.HealthClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,7 +93,7 @@ func serveConc(t *testing.T, conc *grpclimit.ConcurrencyLimiter, svc *healthServ
 
 // mustConcurrency makes a ConcurrencyLimiter with a generous store
 // deadline (see mustNew) unless opts set one.
-func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule grpclimit.ConcurrencyRule, opts ...grpclimit.Option) *grpclimit.ConcurrencyLimiter {
+func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule grpclimit.ConcurrencyRule, opts ...grpclimit.Option) *grpclimit.Limiter {
 	t.Helper()
 	opts = append([]grpclimit.Option{grpclimit.WithTimeout(10 * time.Second)}, opts...)
 	c, err := grpclimit.Concurrency(store, rule, opts...)

@@ -99,7 +99,7 @@ type Rule struct {
 // "<rule>:<kind>:<value>", as in httplimit: a composite's parts each
 // prefixed by its length and ':', and a value too long for a store replaced
 // by its SHA-256 as "<rule>:<kind>#<hex>", apart from every literal value.
-type Key = ruleset.Key[call]
+type Key struct{ k ruleset.Key[call] }
 
 // call is what the rules see of a call.
 type call struct {
@@ -113,7 +113,7 @@ type call struct {
 // proxies the address in their forwarding metadata (WithClientIP); IPv6
 // grouped by /64. It is the zero Key.
 func Peer() Key {
-	return ruleset.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
+	return Key{ruleset.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {
 		p, ok := peer.FromContext(c.ctx)
 		if !ok || p.Addr == nil {
 			return dst, false
@@ -124,7 +124,7 @@ func Peer() Key {
 			return append(dst, p.Addr.String()...), true
 		}
 		return c.ips.AppendKey(dst, addr), true
-	})
+	})}
 }
 
 // Metadata keys calls by the first value of metadata key name, such as
@@ -132,16 +132,16 @@ func Peer() Key {
 func Metadata(name string) Key {
 	name = strings.ToLower(name)
 	if name == "" || strings.ContainsAny(name, ": \t") {
-		return ruleset.BadKey[call](fmt.Errorf("metadata key %q is not a metadata name", name))
+		return Key{ruleset.BadKey[call](fmt.Errorf("metadata key %q is not a metadata name", name))}
 	}
-	return ruleset.ValueKey("md="+name, func(dst []byte, c call) ([]byte, bool) {
+	return Key{ruleset.ValueKey("md="+name, func(dst []byte, c call) ([]byte, bool) {
 		md, _ := metadata.FromIncomingContext(c.ctx)
 		vs := md.Get(name)
 		if len(vs) == 0 || vs[0] == "" {
 			return dst, false
 		}
 		return append(dst, vs[0]...), true
-	})
+	})}
 }
 
 // Func keys calls by what f returns (the authenticated user, the tenant);
@@ -152,26 +152,33 @@ func Func(kind string, f func(ctx context.Context, fullMethod string) (string, b
 	if f != nil {
 		fc = func(c call) (string, bool) { return f(c.ctx, c.method) }
 	}
-	return ruleset.FuncKey(kind, fc)
+	return Key{ruleset.FuncKey(kind, fc)}
 }
 
 // Method keys calls by full method name: each method its own allowance.
 func Method() Key {
-	return ruleset.ValueKey("method", func(dst []byte, c call) ([]byte, bool) {
+	return Key{ruleset.ValueKey("method", func(dst []byte, c call) ([]byte, bool) {
 		return append(dst, c.method...), true
-	})
+	})}
 }
 
 // Global counts every call the rule matches against one key.
-func Global() Key { return ruleset.GlobalKey[call]() }
+func Global() Key { return Key{ruleset.GlobalKey[call]()} }
 
 // Composite keys calls by all of keys together; a call missing any part is
 // not counted.
-func Composite(keys ...Key) Key { return ruleset.CompositeKey(keys...) }
+func Composite(keys ...Key) Key {
+	parts := make([]ruleset.Key[call], len(keys))
+	for i, k := range keys {
+		parts[i] = k.k
+	}
+	return Key{ruleset.CompositeKey(parts...)}
+}
 
-// Limiter holds the rules and makes the interceptors. Safe for concurrent
-// use.
+// Limiter makes the interceptors of rate-limit rules (New) or of a
+// concurrency limit (Concurrency). Safe for concurrent use.
 type Limiter struct {
+	conc     *concurrency // a concurrency limit; nil for rate-limit rules
 	rules    *ruleset.Rules[call]
 	ipHeader string
 	wait     func(context.Context, time.Duration) error
@@ -179,9 +186,26 @@ type Limiter struct {
 	hide     []string   // the Settle trailers kept from clients
 }
 
-// Option configures a Limiter: the same options as httplimit's, which every
-// transport shares.
-type Option = ruleset.Option
+// Option configures a Limiter.
+type Option func(*options)
+
+// options are what the Options set: the rule machinery's, which every door
+// shares.
+type options struct {
+	shared []ruleset.Option
+}
+
+func shared(o ruleset.Option) Option {
+	return func(os *options) { os.shared = append(os.shared, o) }
+}
+
+func newOptions(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
 
 // WithTimeout bounds the store calls of each call's rules, together, with a
 // deadline of d (default enforce.DefaultTimeout, 50 ms), or the client's
@@ -190,38 +214,39 @@ type Option = ruleset.Option
 // mode applies, without further store calls. Calls starting within
 // d/8 (at most 1 ms) of each other share one timer. 0 removes the deadline
 // (for memorystore, which never waits).
-func WithTimeout(d time.Duration) Option { return ruleset.WithTimeout(d) }
+func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
 
 // WithClientIP finds client addresses with r: behind trusted proxies, from
 // the metadata key named by r.Header(), lower-cased ("x-forwarded-for").
-func WithClientIP(r *clientip.Resolver) Option { return ruleset.WithClientIP(r) }
+func WithClientIP(r *clientip.Resolver) Option { return shared(ruleset.WithClientIP(r)) }
 
 // WithHeaders selects the header flavours sent as response metadata
 // (default headers.Draft).
-func WithHeaders(f headers.Flavor) Option { return ruleset.WithHeaders(f) }
+func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)) }
 
 // WithRegistry registers the metrics (tollgate_grpc_decisions_total,
 // tollgate_grpc_store_duration_seconds, tollgate_grpc_store_errors_total,
-// and for rules that settle tollgate_grpc_bad_costs_total) on reg.
-func WithRegistry(reg prometheus.Registerer) Option { return ruleset.WithRegistry(reg) }
+// and for rules that settle tollgate_grpc_bad_costs_total) on reg. Two
+// Limiters on one registry clash: wrap it for each, as
+// prometheus.WrapRegistererWith(prometheus.Labels{"limiter": name}, reg).
+func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option { return ruleset.WithLogger(lg) }
+func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
 
 // WithLogInterval logs store failures at most once per d (default
 // enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option { return ruleset.WithLogInterval(d) }
+func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
 
 // WithFailClosedRetryAfter sets the RetryInfo delay of a fail-closed
 // UNAVAILABLE (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option { return ruleset.WithFailClosedRetryAfter(d) }
-
-// WithClock sets the clock the x-ratelimit-reset metadata is computed from
-// and failure logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option { return ruleset.WithClock(now) }
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return shared(ruleset.WithFailClosedRetryAfter(d))
+}
 
 // New returns a Limiter applying rules against store.
 func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
+	o := newOptions(opts)
 	specs := make([]ruleset.Spec[call], len(rules))
 	settlers := make([]*settler, len(rules))
 	var hide []string
@@ -241,7 +266,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := ruleset.NewRules("grpclimit", "grpc", store, Peer(), specs, opts...)
+	rs, err := ruleset.NewRules("grpclimit", "grpc", store, Peer().k, specs, o.shared...)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +276,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 // spec is cfg in the terms of the shared rule machinery: its method matching, and its funcs
 // seeing the call.
 func spec(cfg Rule) (ruleset.Spec[call], error) {
-	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key.k, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
 	applies, err := methodMatcher(cfg.Method, cfg.Match)
 	if err != nil {
 		return s, fmt.Errorf("grpclimit: rule %q: %w", cfg.Name, err)
@@ -287,8 +312,12 @@ func methodMatcher(m string, match func(ctx context.Context, fullMethod string) 
 	}, nil
 }
 
-// UnaryServerInterceptor checks each unary call before its handler runs.
+// UnaryServerInterceptor checks each unary call before its handler runs
+// (a concurrency limit holds it to a slot while its handler runs).
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	if l.conc != nil {
+		return l.conc.unary
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, s, err := l.check(ctx, info.FullMethod)
 		if md.Len() > 0 {
@@ -307,8 +336,12 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor checks each stream once, when it opens.
+// StreamServerInterceptor checks each stream once, when it opens (a
+// concurrency limit holds it to a slot until its handler returns).
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	if l.conc != nil {
+		return l.conc.stream
+	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		md, s, err := l.check(ctx, info.FullMethod)

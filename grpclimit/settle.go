@@ -230,4 +230,9 @@ func (l *Limiter) settle(ctx context.Context, s *ruleset.Scratch, m *meter, err 
 // Settle) have reached the store or given up, or until ctx ends, and
 // returns ctx's error then. Call it when shutting down, after
 // grpc.Server.GracefulStop, so that the last corrections are not lost.
-func (l *Limiter) Drain(ctx context.Context) error { return l.rules.Drain(ctx) }
+func (l *Limiter) Drain(ctx context.Context) error {
+	if l.rules == nil {
+		return nil // a concurrency limit settles nothing
+	}
+	return l.rules.Drain(ctx)
+}

@@ -56,7 +56,7 @@ type concurrency struct {
 	reject func(http.ResponseWriter, *http.Request, Rejection)
 }
 
-// Concurrency returns middleware that holds each request the rule matches
+// Concurrency returns a Limiter that holds each request the rule matches
 // to the rule's concurrency limit: before the handler runs it takes one of
 // Max slots on the request's key from store, and it gives the slot back
 // when the handler returns, or panics. While the handler runs past half the
@@ -78,16 +78,14 @@ type concurrency struct {
 // per WithLogInterval for each kind of call. The other Options do not
 // apply; no metrics are recorded.
 //
-// Put the rate limits first, lim.Handler(conc(mux)), so that a client
+// Put the rate limits first, lim.Handler(conc.Handler(mux)), so that a client
 // over its rate is answered without a store call for a slot.
-func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...Option) (func(http.Handler) http.Handler, error) {
+func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...Option) (*Limiter, error) {
 	c, err := newConcurrency(store, rule, opts)
 	if err != nil {
 		return nil, err
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serve(w, r, next) })
-	}, nil
+	return &Limiter{conc: c}, nil
 }
 
 func newConcurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts []Option) (*concurrency, error) {

@@ -34,7 +34,7 @@ func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule httplim
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mw
+	return mw.Handler
 }
 
 // byTenant keys requests by X-Tenant; a request without one is not limited.
@@ -109,7 +109,7 @@ func TestConcurrencyTwoReplicas(t *testing.T) {
 			t.Errorf("Retry-After %q, want whole seconds ≥ 1", w.Header().Get("Retry-After"))
 		}
 		p := decodeProblem(t, w.Result())
-		if p.Type != httplimit.ProblemQuotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "export" {
+		if p.Type != quotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "export" {
 			t.Errorf("429 problem = %+v", p)
 		}
 	}
@@ -269,7 +269,7 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 				t.Errorf("%v with Redis down: body %q, want %q", tc.mode, w.Body, tc.body)
 			}
 			if w.Code == http.StatusServiceUnavailable {
-				if p := decodeProblem(t, w.Result()); p.Type != httplimit.ProblemReducedCap || p.Status != 503 {
+				if p := decodeProblem(t, w.Result()); p.Type != reducedCap || p.Status != 503 {
 					t.Errorf("503 problem = %+v", p)
 				}
 			}

@@ -107,7 +107,7 @@ func ExampleConcurrency() {
 	}
 	var handler http.Handler
 	long := true
-	handler = export(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler = export.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if long { // the first export runs long: others arrive meanwhile
 			long = false
 			for _, tenant := range []string{"acme", "globex"} {

@@ -71,7 +71,7 @@ func TestRedisStopped(t *testing.T) {
 		}
 		if w.Code == http.StatusServiceUnavailable {
 			p := decodeProblem(t, w.Result())
-			if p.Type != httplimit.ProblemReducedCap || p.Status != 503 {
+			if p.Type != reducedCap || p.Status != 503 {
 				t.Errorf("503 problem = %+v", p)
 			}
 		}

@@ -143,12 +143,29 @@ func remaining(t *testing.T, h http.Header, policy string) int64 {
 	return -1
 }
 
-func decodeProblem(t *testing.T, resp *http.Response) httplimit.Problem {
+// problem is the RFC 9457 problem details object a rejection's body holds,
+// as a client reads it.
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	RetryAfter       int64    `json:"retry-after,omitempty"`
+}
+
+// The problem types of the rate-limit draft (section 5).
+const (
+	quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	reducedCap    = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+func decodeProblem(t *testing.T, resp *http.Response) problem {
 	t.Helper()
 	if got := resp.Header.Get("Content-Type"); got != "application/problem+json" {
 		t.Fatalf("Content-Type = %q, want application/problem+json", got)
 	}
-	var p httplimit.Problem
+	var p problem
 	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
 		t.Fatalf("problem body: %v", err)
 	}

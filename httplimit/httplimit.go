@@ -46,7 +46,7 @@
 //
 // # Concurrency limits
 //
-// Concurrency returns middleware of the same shape that bounds how many
+// Concurrency returns a Limiter that bounds how many
 // requests run at once per key, across every replica sharing a
 // tollgate.ConcurrencyStore: "at most 5 exports in flight per tenant". It
 // takes a leased slot before the handler runs, renews the lease while the
@@ -138,9 +138,10 @@ type Rejection struct {
 	Concurrency tollgate.ConcurrencyResult
 }
 
-// Limiter is the middleware. Make one with New and wrap handlers with
-// Handler. It is safe for concurrent use.
+// Limiter is the middleware: rate-limit rules (New) or a concurrency limit
+// (Concurrency). Wrap handlers with Handler. It is safe for concurrent use.
 type Limiter struct {
+	conc     *concurrency // a concurrency limit; nil for rate-limit rules
 	rules    *ruleset.Rules[call]
 	reject   func(http.ResponseWriter, *http.Request, Rejection)
 	wait     func(context.Context, time.Duration) error
@@ -190,7 +191,9 @@ func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)
 
 // WithRegistry registers the metrics (tollgate_http_decisions_total,
 // tollgate_http_store_duration_seconds, tollgate_http_store_errors_total,
-// and for rules that settle tollgate_http_bad_costs_total) on reg. Without it nothing is recorded.
+// and for rules that settle tollgate_http_bad_costs_total) on reg. Without
+// it nothing is recorded. Two Limiters on one registry clash: wrap it for
+// each, as prometheus.WrapRegistererWith(prometheus.Labels{"limiter": name}, reg).
 func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
 
 // WithLogger logs store failures to lg (default slog.Default()).
@@ -205,10 +208,6 @@ func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInte
 func WithFailClosedRetryAfter(d time.Duration) Option {
 	return shared(ruleset.WithFailClosedRetryAfter(d))
 }
-
-// WithClock sets the clock X-RateLimit-Reset is computed from and failure
-// logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option { return shared(ruleset.WithClock(now)) }
 
 // WithRejectHandler writes rejections with f instead of the default
 // problem+json body. The rate-limit headers and Retry-After are already set
@@ -243,7 +242,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := ruleset.NewRules("httplimit", "http", store, ClientIP(), specs, o.shared...)
+	rs, err := ruleset.NewRules("httplimit", "http", store, ClientIP().k, specs, o.shared...)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +252,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 // spec is cfg in the terms of the shared rule machinery: its matching, and its funcs seeing the
 // request.
 func spec(cfg Rule) (ruleset.Spec[call], error) {
-	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
+	s := ruleset.Spec[call]{Name: cfg.Name, Key: cfg.Key.k, Policies: cfg.Policies, FailureMode: cfg.FailureMode, DryRun: cfg.DryRun}
 	var pat *pattern
 	if cfg.Pattern != "" {
 		var err error
@@ -279,6 +278,9 @@ func spec(cfg Rule) (ruleset.Spec[call], error) {
 // against the rules before next runs. Its signature is the usual middleware
 // shape, func(http.Handler) http.Handler.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
+	if c := l.conc; c != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serve(w, r, next) })
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.serve(w, r, next)
 	})
@@ -355,13 +357,13 @@ func (l *Limiter) rejectWith(w http.ResponseWriter, r *http.Request, rej Rejecti
 // Problem type URIs of the rate-limit draft (section 5), used in 429 and 503
 // bodies.
 const (
-	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	ProblemReducedCap    = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCap    = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 
-// Problem is the RFC 9457 problem details object the default rejection
+// problem is the RFC 9457 problem details object the default rejection
 // writes as application/problem+json.
-type Problem struct {
+type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
@@ -377,29 +379,29 @@ type Problem struct {
 // WriteProblem is the default rejection: an RFC 9457 problem+json body
 // naming the violated policy. Use it from a custom handler to fall back.
 func WriteProblem(w http.ResponseWriter, _ *http.Request, rej Rejection) {
-	p := Problem{Status: rej.Status, Title: http.StatusText(rej.Status)}
+	p := problem{Status: rej.Status, Title: http.StatusText(rej.Status)}
 	if rej.Policy != "" && (rej.Status == http.StatusTooManyRequests || rej.Status == http.StatusRequestEntityTooLarge) {
 		p.ViolatedPolicies = []string{rej.Policy} // a failed store violated nothing
 	}
 	switch {
 	case rej.Status == http.StatusTooManyRequests && rej.Concurrency.Max > 0:
-		p.Type = ProblemQuotaExceeded
+		p.Type = problemQuotaExceeded
 		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
 		p.Detail = "Concurrency limit " + strconv.Quote(rej.Policy) + " reached: " + strconv.Itoa(rej.Concurrency.Max) +
 			" requests already in flight; retry in at most " + strconv.FormatInt(p.RetryAfter, 10) + " s."
 	case rej.Status == http.StatusTooManyRequests:
-		p.Type = ProblemQuotaExceeded
+		p.Type = problemQuotaExceeded
 		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
 		p.Detail = "Rate limit " + strconv.Quote(rej.Policy) + " exceeded; retry in " + strconv.FormatInt(p.RetryAfter, 10) + " s."
 	case rej.Status == http.StatusRequestEntityTooLarge:
-		p.Type = ProblemQuotaExceeded
+		p.Type = problemQuotaExceeded
 		p.Detail = "This request costs more than rate limit " + strconv.Quote(rej.Policy) + " can ever admit at once."
 	case rej.Rule != "": // a fail-closed rule whose store failed
-		p.Type = ProblemReducedCap
+		p.Type = problemReducedCap
 		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
 		p.Detail = "The rate limiter cannot decide right now; retry in " + strconv.FormatInt(p.RetryAfter, 10) + " s."
 	default: // a shaped request that could not wait its turn
-		p.Type = ProblemReducedCap
+		p.Type = problemReducedCap
 		p.RetryAfter = headers.RetryAfterSeconds(rej.RetryAfter)
 		p.Detail = "The request could not wait for its turn."
 	}

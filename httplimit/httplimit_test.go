@@ -86,8 +86,8 @@ func TestHeadersAndDenial(t *testing.T) {
 			}
 			p := decodeProblem(t, resp)
 			resp.Body.Close()
-			want := httplimit.Problem{
-				Type: httplimit.ProblemQuotaExceeded, Title: "Too Many Requests", Status: 429,
+			want := problem{
+				Type: quotaExceeded, Title: "Too Many Requests", Status: 429,
 				ViolatedPolicies: []string{"per-minute"}, RetryAfter: 20,
 			}
 			p.Detail = ""

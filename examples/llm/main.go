@@ -167,7 +167,7 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 	mux.Handle("POST /v1/completions", generator{tokenDelay: c.tokenDelay})
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // not limited
-	root.Handle("/", lim.Handler(conc(mux)))                                      // the rate first: it rejects without a slot
+	root.Handle("/", lim.Handler(conc.Handler(mux)))                                      // the rate first: it rejects without a slot
 	return root, lim, nil
 }
 
