@@ -47,12 +47,12 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Defaults of a Transport.
+// Defaults of a Transport, as the options' docs give them.
 const (
-	DefaultMaxAttempts = 4
-	DefaultMaxElapsed  = 30 * time.Second
-	DefaultBaseDelay   = 100 * time.Millisecond
-	DefaultMaxDelay    = 10 * time.Second
+	defaultMaxAttempts = 4
+	defaultMaxElapsed  = 30 * time.Second
+	defaultBaseDelay   = 100 * time.Millisecond
+	defaultMaxDelay    = 10 * time.Second
 )
 
 // Transport retries rate-limited requests. Make one with NewTransport; it is
@@ -71,52 +71,47 @@ type Transport struct {
 }
 
 // Option configures a Transport.
-type Option func(*Transport)
+type Option func(*options)
+
+// options are what the Options set: the Transport being made.
+type options struct{ t Transport }
 
 // WithMaxAttempts sets how many times a request is sent at most, the first
 // included (default 4). 1 disables retries.
-func WithMaxAttempts(n int) Option { return func(t *Transport) { t.maxAttempts = max(1, n) } }
+func WithMaxAttempts(n int) Option { return func(o *options) { o.t.maxAttempts = max(1, n) } }
 
 // WithMaxElapsed sets the longest time from the first attempt to the start
 // of the last (default 30 s); 0 means no limit but the context's.
-func WithMaxElapsed(d time.Duration) Option { return func(t *Transport) { t.maxElapsed = d } }
+func WithMaxElapsed(d time.Duration) Option { return func(o *options) { o.t.maxElapsed = d } }
 
 // WithBackoff sets the backoff when the server gives no hint: retry k waits
 // a random time in [0, min(maxDelay, base × 2^(k-1))] (defaults 100 ms and
 // 10 s).
 func WithBackoff(base, maxDelay time.Duration) Option {
-	return func(t *Transport) { t.baseDelay, t.maxDelay = base, maxDelay }
+	return func(o *options) { o.t.baseDelay, o.t.maxDelay = base, maxDelay }
 }
 
 // WithStatuses sets the response statuses that are retried (default 429
 // and 503).
 func WithStatuses(codes ...int) Option {
-	return func(t *Transport) {
-		t.statuses = map[int]bool{}
+	return func(o *options) {
+		o.t.statuses = map[int]bool{}
 		for _, c := range codes {
-			t.statuses[c] = true
+			o.t.statuses[c] = true
 		}
 	}
 }
 
 // RetryNonIdempotent retries every method, POST and PATCH included. Only for
 // servers that do nothing with a request they answer 429 or 503 to.
-func RetryNonIdempotent() Option { return func(t *Transport) { t.nonIdempotent = true } }
-
-// WithClock sets the clock (default time.Now) that an HTTP-date
-// Retry-After is measured from.
-func WithClock(now func() time.Time) Option { return func(t *Transport) { t.now = now } }
+func RetryNonIdempotent() Option { return func(o *options) { o.t.nonIdempotent = true } }
 
 // WithSleep replaces how the transport waits before a retry (default: a
 // timer): sleep waits d or until ctx ends, and returns ctx's error if it
 // ended first. Tests and simulations pass one that advances their clock.
 func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(t *Transport) { t.sleep = sleep }
+	return func(o *options) { o.t.sleep = sleep }
 }
-
-// WithRandom replaces the jitter's randomness: random(n) returns a number in
-// [0, n) (default math/rand/v2.Int64N).
-func WithRandom(random func(n int64) int64) Option { return func(t *Transport) { t.random = random } }
 
 // NewTransport returns a Transport sending requests with base
 // (http.DefaultTransport when nil).
@@ -124,21 +119,21 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &Transport{
+	o := options{t: Transport{
 		base:        base,
-		maxAttempts: DefaultMaxAttempts,
-		maxElapsed:  DefaultMaxElapsed,
-		baseDelay:   DefaultBaseDelay,
-		maxDelay:    DefaultMaxDelay,
+		maxAttempts: defaultMaxAttempts,
+		maxElapsed:  defaultMaxElapsed,
+		baseDelay:   defaultBaseDelay,
+		maxDelay:    defaultMaxDelay,
 		statuses:    map[int]bool{http.StatusTooManyRequests: true, http.StatusServiceUnavailable: true},
 		now:         time.Now,
 		sleep:       sleep,
 		random:      rand.Int64N,
+	}}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	for _, o := range opts {
-		o(t)
-	}
-	return t
+	return &o.t
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -300,21 +295,16 @@ type Outbound struct {
 	base  http.RoundTripper
 	lim   *tollgate.Limiter
 	limit tollgate.Limit
-	key   func(*http.Request) string
+	key   string
 }
 
 // NewOutbound returns an Outbound sending with base (http.DefaultTransport
 // when nil) after lim.Wait(ctx, key, limit) for each request. A shaping
 // LeakyBucket (MaxDelay > 0) makes every request reserve its own slot in
 // one store call, which is fairest under contention; a token bucket lets
-// replicas that wake together race for the next token.
+// replicas that wake together race for the next token. For a quota per
+// provider host, make an Outbound for each.
 func NewOutbound(base http.RoundTripper, lim *tollgate.Limiter, key string, limit tollgate.Limit) *Outbound {
-	return NewOutboundFunc(base, lim, func(*http.Request) string { return key }, limit)
-}
-
-// NewOutboundFunc is NewOutbound with a key per request, such as one per
-// provider host.
-func NewOutboundFunc(base http.RoundTripper, lim *tollgate.Limiter, key func(*http.Request) string, limit tollgate.Limit) *Outbound {
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -325,7 +315,7 @@ func NewOutboundFunc(base http.RoundTripper, lim *tollgate.Limiter, key func(*ht
 // context ends, its deadline comes before the slot
 // (tollgate.ErrWaitExceedsDeadline), or the store fails — req is not sent.
 func (o *Outbound) RoundTrip(req *http.Request) (*http.Response, error) {
-	key := o.key(req)
+	key := o.key
 	if err := o.lim.Wait(req.Context(), key, o.limit); err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close() // a RoundTripper closes the body, even on error

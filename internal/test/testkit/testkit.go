@@ -21,7 +21,7 @@ import (
 
 // Clock is a clock that stands still until the test moves it with Set or
 // Advance. Pass its Now method wherever a clock function is taken
-// (memorystore.WithClock, server.WithClock, retry.WithClock). The zero
+// (memorystore.WithClock, redisstore.WithClock, the service's WithClock). The zero
 // Clock reads the zero time; NewClock starts it elsewhere. A Clock is safe
 // for concurrent use, so a test may move it while the code under test
 // reads it.
