@@ -31,22 +31,26 @@ type allower interface {
 }
 
 // Option configures a Limiter.
-type Option func(*Limiter)
+type Option func(*options)
+
+// options are what the Options set: the Limiter being made.
+type options struct{ l Limiter }
 
 // WithTimeout bounds every store call with a deadline of d, on top of the
 // caller's context, so that a slow store cannot hold the caller longer.
 // 0 (the default) leaves the caller's context alone.
 func WithTimeout(d time.Duration) Option {
-	return func(l *Limiter) { l.timeout = d }
+	return func(o *options) { o.l.timeout = d }
 }
 
 // New returns a Limiter deciding against store: redisstore.New for a limit
 // shared by every replica, memorystore.New for one process.
 func New(store Store, opts ...Option) *Limiter {
-	l := &Limiter{store: store}
-	for _, o := range opts {
-		o(l)
+	o := options{l: Limiter{store: store}}
+	for _, opt := range opts {
+		opt(&o)
 	}
+	l := &o.l
 	l.door = store
 	if l.timeout > 0 {
 		l.door = within{l}

@@ -113,43 +113,46 @@ type Store struct {
 var _ tollgate.Store = (*Store)(nil)
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*options)
+
+// options are what the Options set: the Store being made.
+type options struct{ s Store }
 
 // WithClock makes the store read the time from now (for tests; give the
 // global store the same clock). Without it the store reads the monotonic
 // clock, anchored to the system clock when New ran, so that a step of the
 // system clock changes no decision, local or degraded.
-func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+func WithClock(now func() time.Time) Option { return func(o *options) { o.s.now = now } }
 
 // WithTimeout bounds every call to the global store by d, on top of the
 // caller's context (default 100ms; 0 leaves only the caller's context). A
 // call that runs out counts as a failure of the global store, and the
 // request is decided locally.
-func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.s.timeout = d } }
 
 // WithInstances says how many instances share the global store: in degraded
 // mode each decides locally at the limit divided by n (Rate and Burst, each
 // at least 1), so that together they stay near the limit. Default 1.
-func WithInstances(n int) Option { return func(s *Store) { s.instances = max(1, n) } }
+func WithInstances(n int) Option { return func(o *options) { o.s.instances = max(1, n) } }
 
 // WithDegradedLimit replaces the division by WithInstances: f returns the
 // limit to apply locally, in degraded mode, instead of l.
 func WithDegradedLimit(f func(l tollgate.Limit) tollgate.Limit) Option {
-	return func(s *Store) { s.localFor = f }
+	return func(o *options) { o.s.localFor = f }
 }
 
 // WithoutDegradedMode returns the global store's error instead of deciding
 // locally, so that the caller's own failure policy (fail-open or
 // fail-closed) applies; the breaker then fails decisions fast while open.
-func WithoutDegradedMode() Option { return func(s *Store) { s.degraded = false } }
+func WithoutDegradedMode() Option { return func(o *options) { o.s.degraded = false } }
 
 // WithBreaker sets how many consecutive failures of the global store open
 // the breaker (default 5) and how long it stays open before probing
 // (default 1s).
 func WithBreaker(failures int, coolDown time.Duration) Option {
-	return func(s *Store) {
-		s.breaker.threshold = max(1, failures)
-		s.breaker.coolDown = max(0, coolDown)
+	return func(o *options) {
+		o.s.breaker.threshold = max(1, failures)
+		o.s.breaker.coolDown = max(0, coolDown)
 	}
 }
 
@@ -159,30 +162,30 @@ func WithBreaker(failures int, coolDown time.Duration) Option {
 // more (in cost) than the limit alone admits; k above a limit's Capacity
 // counts as its Capacity.
 func WithLeases(k int, ttl time.Duration) Option {
-	return func(s *Store) {
-		s.leaseSize = k
+	return func(o *options) {
+		o.s.leaseSize = k
 		if ttl <= 0 {
 			ttl = time.Second
 		}
-		s.leaseTTL = ttl
+		o.s.leaseTTL = ttl
 	}
 }
 
 // WithMaxKeys bounds how many keys each local table (remembered denials,
 // leases, degraded-mode state) holds (default 100,000).
-func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = n } }
+func WithMaxKeys(n int) Option { return func(o *options) { o.s.maxKeys = n } }
 
 // WithLogger sets where breaker transitions are logged (default
 // slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.s.log = l } }
 
 // WithStateChange calls f on every breaker transition, after it is logged
 // and counted: a hook for metrics and alerts. f must not block.
-func WithStateChange(f func(from, to State)) Option { return func(s *Store) { s.onChange = f } }
+func WithStateChange(f func(from, to State)) Option { return func(o *options) { o.s.onChange = f } }
 
 // New returns a Store deciding against global, with a local tier.
 func New(global tollgate.Store, opts ...Option) *Store {
-	s := &Store{
+	o := options{s: Store{
 		global:    global,
 		now:       monotonicClock(),
 		timeout:   100 * time.Millisecond,
@@ -190,11 +193,12 @@ func New(global tollgate.Store, opts ...Option) *Store {
 		degraded:  true,
 		instances: 1,
 		maxKeys:   100_000,
+	}}
+	o.s.breaker.threshold, o.s.breaker.coolDown = 5, time.Second
+	for _, opt := range opts {
+		opt(&o)
 	}
-	s.breaker.threshold, s.breaker.coolDown = 5, time.Second
-	for _, o := range opts {
-		o(s)
-	}
+	s := &o.s
 	s.denials = newTable(s.maxKeys, func(e *seen, now time.Time) bool { return !now.Before(e.until) })
 	if s.leaseSize >= 2 {
 		s.leases = newTable(s.maxKeys, func(l *lease, now time.Time) bool { return !now.Before(l.expires) })
@@ -486,6 +490,3 @@ func (s *Store) Stats() Stats {
 		Remembered:    s.denials.len(),
 	}
 }
-
-// State returns the breaker's state.
-func (s *Store) State() State { return State(s.breaker.state.Load()) }
