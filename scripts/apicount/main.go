@@ -7,6 +7,10 @@
 // methods are not counted). Test files, and packages
 // under internal/, cmd/, examples/, bench/ and scripts/, are not counted.
 //
+// It also refuses an exported name that is only another package's under a
+// second name — an alias (type T = pkg.T) or a constant or variable set to
+// another package's (const C = pkg.C) — since a concept has one home.
+//
 //	go run ./scripts/apicount          # per package, then the total
 //	go run ./scripts/apicount -max 220 # and fail when the total is above 220
 package main
@@ -28,10 +32,13 @@ func main() {
 	max := flag.Int("max", 0, "exit 1 when the total is above this (0: no bound)")
 	list := flag.Bool("names", false, "print every name counted, one a line")
 	flag.Parse()
-	counts, names, err := count(".")
+	counts, names, aliases, err := count(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apicount:", err)
 		os.Exit(2)
+	}
+	for _, a := range aliases {
+		fmt.Fprintln(os.Stderr, "apicount: an exported name is another package's:", a)
 	}
 	dirs := make([]string, 0, len(counts))
 	total := 0
@@ -54,17 +61,24 @@ func main() {
 		fmt.Fprintf(os.Stderr, "apicount: %d exported names, more than %d\n", total, *max)
 		os.Exit(1)
 	}
+	if len(aliases) > 0 {
+		os.Exit(1)
+	}
 }
+
+// module is the import path whose packages may not be re-exported.
+const module = "github.com/tollgate/tollgate"
 
 // skipped are the folders whose packages no Go user imports.
 var skipped = map[string]bool{"internal": true, "cmd": true, "examples": true, "bench": true, "scripts": true, "testdata": true}
 
 // count walks root and returns, per package folder, how many exported
-// names it declares, and the names.
-func count(root string) (map[string]int, map[string][]string, error) {
-	counts := map[string]int{}
-	names := map[string][]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+// names it declares, and the names; and the exported names that alias
+// another package's.
+func count(root string) (counts map[string]int, names map[string][]string, aliases []string, err error) {
+	counts = map[string]int{}
+	names = map[string][]string{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -88,9 +102,68 @@ func count(root string) (map[string]int, map[string][]string, error) {
 		got := exported(f)
 		counts[dir] += len(got)
 		names[dir] = append(names[dir], got...)
+		for _, a := range aliased(f) {
+			aliases = append(aliases, path+": "+a)
+		}
 		return nil
 	})
-	return counts, names, err
+	return counts, names, aliases, err
+}
+
+// aliased returns the exported names of f that are another tollgate
+// package's: type aliases of a qualified type, and constants or variables
+// whose value is a qualified identifier of a package of the module.
+func aliased(f *ast.File) []string {
+	imported := map[string]bool{}
+	for _, im := range f.Imports {
+		p := strings.Trim(im.Path.Value, `"`)
+		if !strings.HasPrefix(p, module+"/") && p != module {
+			continue
+		}
+		name := p[strings.LastIndex(p, "/")+1:]
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		imported[name] = true
+	}
+	qualified := func(e ast.Expr) (string, bool) {
+		if ix, ok := e.(*ast.IndexExpr); ok {
+			e = ix.X
+		}
+		sel, ok := e.(*ast.SelectorExpr)
+		if !ok {
+			return "", false
+		}
+		pkg, ok := sel.X.(*ast.Ident)
+		if !ok || !imported[pkg.Name] {
+			return "", false
+		}
+		return pkg.Name + "." + sel.Sel.Name, true
+	}
+	var out []string
+	for _, decl := range f.Decls {
+		d, ok := decl.(*ast.GenDecl)
+		if !ok {
+			continue
+		}
+		for _, spec := range d.Specs {
+			switch s := spec.(type) {
+			case *ast.TypeSpec:
+				if q, ok := qualified(s.Type); ok && s.Assign.IsValid() && s.Name.IsExported() {
+					out = append(out, "type "+s.Name.Name+" = "+q)
+				}
+			case *ast.ValueSpec:
+				for i, name := range s.Names {
+					if i < len(s.Values) && name.IsExported() {
+						if q, ok := qualified(s.Values[i]); ok {
+							out = append(out, name.Name+" = "+q)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // exported returns the exported top-level names of f and the exported
