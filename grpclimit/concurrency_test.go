@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,8 +116,6 @@ func asTenant(ctx context.Context, tenant string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "x-tenant", tenant)
 }
 
-func randomPrefix() string { return "c" + strconv.FormatUint(rand.Uint64(), 36) + ":" }
-
 // permits returns how many permits Redis holds for key under st: live or
 // lapsed, every permit not released.
 func permits(t *testing.T, st *redisstore.Store, key string) int64 {
@@ -148,7 +145,7 @@ func retryInfo(err error) *errdetails.RetryInfo {
 func TestConcurrencyTwoReplicas(t *testing.T) {
 	t.Parallel()
 	const max = 3
-	prefix := randomPrefix()
+	prefix := testkit.KeyPrefix(t)
 	var flight testkit.InFlight
 	gate := make(chan struct{})
 	var slow atomic.Bool
@@ -255,7 +252,7 @@ func TestConcurrencyPanicReleases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))
+			st := redisstore.New(server.Client(t), redisstore.WithPrefix(testkit.KeyPrefix(t)))
 			conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1})
 			var first atomic.Bool
 			first.Store(true)
@@ -287,7 +284,7 @@ func TestConcurrencyPanicReleases(t *testing.T) {
 func TestConcurrencyStream(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second // renewals every 500 ms: late only on a machine stalled that long
-	st := &testkit.RenewCounter{ConcurrencyStore: redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))}
+	st := &testkit.RenewCounter{ConcurrencyStore: redisstore.New(server.Client(t), redisstore.WithPrefix(testkit.KeyPrefix(t)))}
 	conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{
 		Name: "watch", Key: byTenant, Max: 1, Lease: lease,
 		Method: "/grpc.health.v1.Health/*",

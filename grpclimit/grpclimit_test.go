@@ -3,11 +3,9 @@ package grpclimit_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -35,25 +34,9 @@ var server *redistest.Server
 
 func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-var backends = []struct {
-	name  string
-	store func(t *testing.T, c *clock) tollgate.Store
-}{
-	{"memory", func(t *testing.T, c *clock) tollgate.Store { return memorystore.New(memorystore.WithClock(c.Now)) }},
-	{"redis", func(t *testing.T, c *clock) tollgate.Store {
-		prefix := "g" + strconv.FormatUint(rand.Uint64(), 36) + ":"
-		return redisstore.New(server.Client(t), redisstore.WithClock(c.Now), redisstore.WithPrefix(prefix))
-	}},
-}
+// newClock returns the clock of a scenario, shared by the store and the
+// test.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 // serve starts a real gRPC server on loopback with the health service behind
 // lim's interceptors, and returns a client connected to it.
@@ -104,10 +87,10 @@ func check(ctx context.Context, c healthpb.HealthClient, md metadata.MD) (metada
 
 func TestUnary(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range testkit.Stores(server.Client) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			lim := mustNew(t, b.store(t, newClock()), []grpclimit.Rule{{
+			lim := mustNew(t, b.New(t, newClock().Now), []grpclimit.Rule{{
 				Name:     "health",
 				Method:   "/grpc.health.v1.Health/Check",
 				Policies: []enforce.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},

@@ -207,10 +207,10 @@ func TestSettle(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				for _, b := range backends {
-					t.Run(b.name, func(t *testing.T) {
+				for _, b := range testkit.Stores(server.Client) {
+					t.Run(b.Name, func(t *testing.T) {
 						reg := prometheus.NewRegistry()
-						lim := mustNew(t, b.store(t, newClock()), []grpclimit.Rule{genRule(tc.settle)},
+						lim := mustNew(t, b.New(t, newClock().Now), []grpclimit.Rule{genRule(tc.settle)},
 							grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(&testkit.Logs{})))
 						conn := serveGen(t, lim, nil)
 						header, tr, _ := callGen(conn, stream, tc.md)
@@ -264,13 +264,13 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // debt, which its next calls wait out.
 func TestSettleDebt(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range testkit.Stores(server.Client) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			c := newClock()
 			rule := genRule(&grpclimit.Settle{Trailer: "x-tokens-used"})
 			rule.Cost = nil // 1
-			lim := mustNew(t, b.store(t, c), []grpclimit.Rule{rule})
+			lim := mustNew(t, b.New(t, c.Now), []grpclimit.Rule{rule})
 			conn := serveGen(t, lim, nil)
 			if _, _, err := callGen(conn, false, metadata.Pairs("used", "15")); err != nil {
 				t.Fatal(err)
@@ -283,9 +283,7 @@ func TestSettleDebt(t *testing.T) {
 				advance time.Duration
 				want    codes.Code
 			}{{0, codes.ResourceExhausted}, {35 * time.Second, codes.ResourceExhausted}, {time.Second, codes.OK}} {
-				c.mu.Lock()
-				c.t = c.t.Add(step.advance)
-				c.mu.Unlock()
+				c.Advance(step.advance)
 				if _, _, err := callGen(conn, false, nil); status.Code(err) != step.want {
 					t.Fatalf("after %v more: %v, want %v", step.advance, err, step.want)
 				}

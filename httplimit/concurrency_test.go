@@ -64,7 +64,7 @@ func permits(t *testing.T, st *redisstore.Store, key string) int64 {
 func TestConcurrencyTwoReplicas(t *testing.T) {
 	t.Parallel()
 	const max = 3
-	prefix := randomPrefix()
+	prefix := testkit.KeyPrefix(t)
 	var flight testkit.InFlight
 	gate := make(chan struct{})
 	open := sync.OnceFunc(func() { close(gate) })
@@ -170,7 +170,7 @@ func TestConcurrencyPanicReleases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))
+			st := redisstore.New(server.Client(t), redisstore.WithPrefix(testkit.KeyPrefix(t)))
 			h := mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1})(
 				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					if tc.value != nil && r.Header.Get("X-Panic") != "" {
@@ -201,7 +201,7 @@ func TestConcurrencyPanicReleases(t *testing.T) {
 func TestConcurrencyLeaseRenewed(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second // renewals every 500 ms: late only on a machine stalled that long
-	st := &testkit.RenewCounter{ConcurrencyStore: redisstore.New(server.Client(t), redisstore.WithPrefix(randomPrefix()))}
+	st := &testkit.RenewCounter{ConcurrencyStore: redisstore.New(server.Client(t), redisstore.WithPrefix(testkit.KeyPrefix(t)))}
 	mw := mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1, Lease: lease})
 	var second *httptest.ResponseRecorder
 	var h http.Handler

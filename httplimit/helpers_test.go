@@ -3,11 +3,8 @@ package httplimit_test
 import (
 	"encoding/json"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +13,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
-	"github.com/tollgate/tollgate/memorystore"
-	"github.com/tollgate/tollgate/redisstore"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 )
 
 // server is a real redis-server shared by the tests that do not stop it;
@@ -26,47 +22,14 @@ var server *redistest.Server
 
 func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
-// clock is a settable clock shared by the store and the test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// newClock returns the clock of a scenario, shared by the store and the
+// test.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// backend is a store to run a scenario on, driven by a clock the test owns.
-type backend struct {
-	name  string
-	store func(t *testing.T, c *clock) tollgate.Store
-}
-
-var backends = []backend{
-	{"memory", func(t *testing.T, c *clock) tollgate.Store {
-		return memorystore.New(memorystore.WithClock(c.Now))
-	}},
-	{"redis", func(t *testing.T, c *clock) tollgate.Store {
-		return redisstore.New(server.Client(t), redisstore.WithClock(c.Now), redisstore.WithPrefix(randomPrefix()))
-	}},
-}
-
-func randomPrefix() string { return "t" + strconv.FormatUint(rand.Uint64(), 36) + ":" }
-
-// eachBackend runs f on memorystore and on Redis, in parallel.
-func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+// eachBackend runs f at the memory store and at Redis, in parallel.
+func eachBackend(t *testing.T, f func(t *testing.T, b testkit.Store)) {
 	t.Helper()
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, b)
-		})
-	}
+	testkit.EachStore(t, server.Client, f)
 }
 
 // mustNew makes a Limiter whose store deadline is generous — a first call

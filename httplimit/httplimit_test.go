@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 )
 
@@ -27,10 +28,10 @@ import (
 // and a problem body naming the policy.
 func TestHeadersAndDenial(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		c := newClock()
 		limit := tollgate.Limit{Rate: 3, Period: time.Minute, Burst: 3}
-		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
+		lim := mustNew(t, b.New(t, c.Now), []httplimit.Rule{{
 			Name:     "api",
 			Policies: []enforce.Policy{{Name: "per-minute", Limit: limit}},
 		}}, httplimit.WithHeaders(headers.AllFlavors), httplimit.WithClock(c.Now))
@@ -123,7 +124,7 @@ func TestRetryAfterNeverZero(t *testing.T) {
 // it is ignored; from a trusted proxy only the hops it vouches for count.
 func TestSpoofing(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		rules := []httplimit.Rule{{Name: "ip", Policies: []enforce.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}}}}
 		get := func(t *testing.T, url, xff string) int {
 			req, _ := http.NewRequest("GET", url, nil)
@@ -139,7 +140,7 @@ func TestSpoofing(t *testing.T) {
 		t.Run("untrusted peer", func(t *testing.T) {
 			// No trusted proxies: the loopback peer is the client, whatever
 			// address each request claims.
-			lim := mustNew(t, b.store(t, newClock()), rules)
+			lim := mustNew(t, b.New(t, newClock().Now), rules)
 			srv := httptest.NewServer(lim.Handler(okHandler))
 			defer srv.Close()
 			var got []int
@@ -155,7 +156,7 @@ func TestSpoofing(t *testing.T) {
 			// The loopback peer is a trusted proxy: the client is the
 			// address it appended; what the client wrote to its left is
 			// ignored.
-			lim := mustNew(t, b.store(t, newClock()), rules,
+			lim := mustNew(t, b.New(t, newClock().Now), rules,
 				httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("127.0.0.0/8"))))
 			srv := httptest.NewServer(lim.Handler(okHandler))
 			defer srv.Close()
@@ -173,8 +174,8 @@ func TestSpoofing(t *testing.T) {
 
 func TestIPv6Grouping(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
-		lim := mustNew(t, b.store(t, newClock()), []httplimit.Rule{{
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
+		lim := mustNew(t, b.New(t, newClock().Now), []httplimit.Rule{{
 			Name: "ip", Policies: []enforce.Policy{{Name: "ip", Limit: tollgate.PerMinute(2)}},
 		}})
 		h := lim.Handler(okHandler)
@@ -195,7 +196,7 @@ func TestIPv6Grouping(t *testing.T) {
 // rate, and two rules never share a counter.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		plans := map[string][]enforce.Policy{
 			"free": {{Name: "free", Limit: tollgate.PerMinute(2)}},
 			"pro":  {{Name: "pro", Limit: tollgate.PerMinute(4)}},
@@ -204,7 +205,7 @@ func TestTenantIsolation(t *testing.T) {
 			v := r.Header.Get("X-Tenant")
 			return v, v != ""
 		}
-		lim := mustNew(t, b.store(t, newClock()), []httplimit.Rule{
+		lim := mustNew(t, b.New(t, newClock().Now), []httplimit.Rule{
 			{
 				Name:         "tenant",
 				Pattern:      "/api/",
@@ -245,9 +246,9 @@ func TestTenantIsolation(t *testing.T) {
 // first does not spend the second.
 func TestSeveralPolicies(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		c := newClock()
-		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
+		lim := mustNew(t, b.New(t, c.Now), []httplimit.Rule{{
 			Name: "api",
 			Policies: []enforce.Policy{
 				{Name: "burst", Limit: tollgate.PerSecond(2)},
@@ -294,9 +295,9 @@ func TestSeveralPolicies(t *testing.T) {
 
 func TestDryRun(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		reg := prometheus.NewRegistry()
-		lim := mustNew(t, b.store(t, newClock()), []httplimit.Rule{{
+		lim := mustNew(t, b.New(t, newClock().Now), []httplimit.Rule{{
 			Name: "trial", DryRun: true, Policies: []enforce.Policy{{Name: "trial", Limit: tollgate.PerMinute(1)}},
 		}}, httplimit.WithRegistry(reg))
 		h := lim.Handler(okHandler)
@@ -360,10 +361,10 @@ func gaugeFrom(t *testing.T, reg *prometheus.Registry, name string, labels map[s
 // its turn, up to MaxDelay; past that it is rejected.
 func TestShaping(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		c := newClock()
 		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: 300 * time.Millisecond}
-		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
+		lim := mustNew(t, b.New(t, c.Now), []httplimit.Rule{{
 			Name: "webhooks", Policies: []enforce.Policy{{Name: "drain", Limit: shaper}},
 		}})
 		var mu sync.Mutex

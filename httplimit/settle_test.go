@@ -115,8 +115,8 @@ func TestSettle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			eachBackend(t, func(t *testing.T, b backend) {
-				store := b.store(t, newClock())
+			eachBackend(t, func(t *testing.T, b testkit.Store) {
+				store := b.New(t, newClock().Now)
 				lim := mustNew(t, store, []httplimit.Rule{tokenRule(tc.settle)})
 				h := lim.Handler(meteredHandler)
 				w, got := settleThenLook(t, lim, h, tc.target)
@@ -146,9 +146,9 @@ func TestSettleHeadersDescribeReservation(t *testing.T) {
 // key in debt, which its next requests wait out.
 func TestSettleDebt(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
 		c := newClock()
-		lim := mustNew(t, b.store(t, c), []httplimit.Rule{{
+		lim := mustNew(t, b.New(t, c.Now), []httplimit.Rule{{
 			Name:     "llm",
 			Policies: []enforce.Policy{{Name: "tokens", Limit: tollgate.PerMinute(10)}},
 			Cost:     func(*http.Request) int { return 1 },
@@ -377,8 +377,8 @@ func TestSettleFlusher(t *testing.T) {
 // served: what the settling rule reserved for it is given back.
 func TestSettleRejectedRefunds(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
-		lim := mustNew(t, b.store(t, newClock()), []httplimit.Rule{
+	eachBackend(t, func(t *testing.T, b testkit.Store) {
+		lim := mustNew(t, b.New(t, newClock().Now), []httplimit.Rule{
 			tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"}),
 			{
 				Name:     "strict",

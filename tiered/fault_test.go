@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/test/redistest"
+	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/redisstore"
 	"github.com/tollgate/tollgate/tiered"
 )
@@ -215,10 +216,10 @@ func TestLeaseOvershoot(t *testing.T) {
 	const burst, k, instances = 20, 5, 3
 	clock := newClock()
 	rdb, sent := counted(t, server)
-	global := redisstore.New(rdb, redisstore.WithClock(clock.now))
+	global := redisstore.New(rdb, redisstore.WithClock(clock.Now))
 	var stores []*tiered.Store
 	for range instances {
-		stores = append(stores, tiered.New(global, tiered.WithClock(clock.now), tiered.WithLeases(k, 10*time.Minute)))
+		stores = append(stores, tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, 10*time.Minute)))
 	}
 	limit := tollgate.Limit{Rate: burst, Period: time.Minute, Burst: burst} // a token every 3s
 	key := key(t)
@@ -248,26 +249,26 @@ func TestLeaseOvershoot(t *testing.T) {
 	if calls := sent.Load(); calls != instances {
 		t.Fatalf("%d Redis calls for %d leases", calls, instances)
 	}
-	clock.add(2 * time.Minute) // the bucket is full again; the leases (10 min) still hold 4 each
+	clock.Advance(2 * time.Minute) // the bucket is full again; the leases (10 min) still hold 4 each
 	if got, want := admit(), burst+instances*(k-1); got != want {
 		t.Errorf("admitted %d at one instant, want burst + instances × (K−1) = %d", got, want)
 	}
 	// Without leases the same instant admits exactly the burst.
-	clock.add(time.Hour)
-	plain := tiered.New(global, tiered.WithClock(clock.now))
+	clock.Advance(time.Hour)
+	plain := tiered.New(global, tiered.WithClock(clock.Now))
 	stores = []*tiered.Store{plain, plain, plain}
 	if got := admit(); got != burst {
 		t.Errorf("without leases: admitted %d, want %d", got, burst)
 	}
 	// A lease's unspent tokens are lost when it expires: an instance that
 	// spends 1 of a fresh lease and waits past its TTL takes a new one.
-	clock.add(time.Hour)
-	s := tiered.New(global, tiered.WithClock(clock.now), tiered.WithLeases(k, time.Second))
+	clock.Advance(time.Hour)
+	s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, time.Second))
 	for range 2 {
 		if res, err := s.AllowN(ctx, key, limit, 1); err != nil || !res.Allowed {
 			t.Fatalf("%+v, %v", res, err)
 		}
-		clock.add(2 * time.Second)
+		clock.Advance(2 * time.Second)
 	}
 	if st := s.Stats(); st.LeasesTaken != 2 || st.LeaseHits != 0 {
 		t.Errorf("after the first lease expired: %+v, want 2 leases taken", st)
@@ -281,7 +282,7 @@ func TestLeaseCalls(t *testing.T) {
 	t.Parallel()
 	clock := newClock()
 	rdb, sent := counted(t, server)
-	s := tiered.New(redisstore.New(rdb, redisstore.WithClock(clock.now)), tiered.WithClock(clock.now), tiered.WithLeases(10, time.Minute))
+	s := tiered.New(redisstore.New(rdb, redisstore.WithClock(clock.Now)), tiered.WithClock(clock.Now), tiered.WithLeases(10, time.Minute))
 	limit := tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 1000, Period: time.Second, Burst: 100}
 	key := key(t)
 	for i := 0; i < 100; i++ {
@@ -303,21 +304,4 @@ func TestLeaseCalls(t *testing.T) {
 	}
 }
 
-type fixedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fixedClock { return &fixedClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fixedClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixedClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }

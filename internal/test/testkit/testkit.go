@@ -7,6 +7,8 @@
 // was logged; and Eventually and InFlight, for tests that wait for a state
 // and count what runs at once.
 //
+// Stores and EachStore run one scenario at every store, memory and Redis.
+//
 // It is for tests only; nothing outside _test.go files imports it.
 package testkit
 
