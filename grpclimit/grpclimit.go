@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -260,7 +261,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 				return nil, err
 			}
 			s.Settles = true
-			if st := settlers[i]; st.hide && !contains(hide, st.trailer) {
+			if st := settlers[i]; st.hide && !slices.Contains(hide, st.trailer) {
 				hide = append(hide, st.trailer)
 			}
 		}

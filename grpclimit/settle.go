@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -152,7 +153,7 @@ func (m *meter) strip(md metadata.MD) metadata.MD {
 	}
 	var out metadata.MD
 	for k := range md {
-		if contains(m.hide, strings.ToLower(k)) {
+		if slices.Contains(m.hide, strings.ToLower(k)) {
 			if out == nil {
 				out = md.Copy() // the handler's own stays whole
 			}
@@ -169,15 +170,6 @@ func (m *meter) recorded() metadata.MD {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.trailer
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // nopStream stands for a missing transport stream (a handler called

@@ -64,6 +64,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -236,7 +237,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 				return nil, err
 			}
 			s.Settles = true
-			if st := settlers[i]; st.hide && !contains(hide, st.header) {
+			if st := settlers[i]; st.hide && !slices.Contains(hide, st.header) {
 				hide = append(hide, st.header)
 			}
 		}

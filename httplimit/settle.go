@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/door/ruleset"
@@ -227,7 +228,7 @@ func unannounce(tr, hide []string) []string {
 		var keep []string
 		for _, name := range strings.Split(v, ",") {
 			name = strings.TrimSpace(name)
-			if name != "" && !contains(hide, http.CanonicalHeaderKey(name)) {
+			if name != "" && !slices.Contains(hide, http.CanonicalHeaderKey(name)) {
 				keep = append(keep, name)
 			}
 		}
@@ -236,15 +237,6 @@ func unannounce(tr, hide []string) []string {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // done is called when the handler has returned, before net/http writes the
