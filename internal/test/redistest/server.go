@@ -39,7 +39,7 @@ const (
 // redis-server is forked from one locked thread; see proc_linux.go).
 // Goroutine leak checks ignore it, e.g.
 // goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(redistest.SpawnerFunc)).
-const SpawnerFunc = "github.com/tollgate/tollgate/internal/redistest.spawner"
+const SpawnerFunc = "github.com/tollgate/tollgate/internal/test/redistest.spawner"
 
 // errAddrInUse marks a start that failed because a port was taken between
 // choosing it and redis-server binding it.
