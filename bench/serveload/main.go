@@ -292,72 +292,101 @@ func newCallers(addr string, o options, reqs [][]byte) (callers []func(i int) (p
 	return callers, close, nil
 }
 
+// runGRPC drives ShouldRateLimit at addr: o.inflight workers calling as
+// fast as answers come (a closed loop), measured for o.duration after
+// o.warmup.
 func runGRPC(addr string, o options) (result, error) {
-	vals := values(o)
-	// Requests are encoded in advance: the load generator's own work
-	// would otherwise compete with the service for the same two cores.
-	reqs := make([][]byte, len(vals))
-	for i, v := range vals {
-		b, err := proto.Marshal(&pb.RateLimitRequest{Domain: o.domain, Descriptors: []*rlv3.RateLimitDescriptor{{
-			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: o.key, Value: v}}}}})
-		if err != nil {
-			return result{}, err
-		}
-		reqs[i] = b
+	reqs, err := encodeRequests(o)
+	if err != nil {
+		return result{}, err
 	}
 	callers, closeConns, err := newCallers(addr, o, reqs)
 	if err != nil {
 		return result{}, err
 	}
 	defer closeConns()
-	var (
-		measuring atomic.Bool
-		stop      atomic.Bool
-		mu        sync.Mutex
-		res       result
-		lats      [][]time.Duration
-	)
-	var wg sync.WaitGroup
+	g := new(grpcLoad)
 	for w := range o.inflight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			call := callers[w]
-			rng := rand.New(rand.NewPCG(uint64(w), 42))
-			lat := make([]time.Duration, 0, 1<<16)
-			var n, errs, over int
-			var firstErr string
-			for !stop.Load() {
-				i := rng.IntN(len(reqs))
-				start := time.Now()
-				code, err := call(i)
-				took := time.Since(start)
-				if !measuring.Load() {
-					continue
-				}
-				n++
-				lat = append(lat, took)
-				if err != nil {
-					errs++
-					if firstErr == "" {
-						firstErr = err.Error()
-					}
-				} else if code == pb.RateLimitResponse_OVER_LIMIT {
-					over++
-				}
-			}
-			mu.Lock()
-			res.decisions += n
-			res.errors += errs
-			res.overLimit += over
-			if res.firstError == "" {
-				res.firstError = firstErr
-			}
-			lats = append(lats, lat)
-			mu.Unlock()
-		}()
+		g.wg.Add(1)
+		go g.work(w, callers[w], len(reqs))
 	}
 	time.Sleep(o.warmup)
+	if err := g.measure(o); err != nil {
+		return result{}, err
+	}
+	return g.finish(), nil
+}
+
+// encodeRequests encodes a request for each of o's values in advance: the
+// load generator's own work would otherwise compete with the service for
+// the same two cores.
+func encodeRequests(o options) ([][]byte, error) {
+	vals := values(o)
+	reqs := make([][]byte, len(vals))
+	for i, v := range vals {
+		b, err := proto.Marshal(&pb.RateLimitRequest{Domain: o.domain, Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: o.key, Value: v}}}}})
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = b
+	}
+	return reqs, nil
+}
+
+// grpcLoad is runGRPC's closed loop: workers that call as fast as answers
+// come, counting what they see while measuring is on, until stop.
+type grpcLoad struct {
+	measuring atomic.Bool
+	stop      atomic.Bool
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	res       result
+	lats      [][]time.Duration
+}
+
+// work is worker w, calling with call the requests numbered below nreqs
+// at random, until g.stop; it adds its counts to g.res when it stops.
+func (g *grpcLoad) work(w int, call func(i int) (pb.RateLimitResponse_Code, error), nreqs int) {
+	defer g.wg.Done()
+	rng := rand.New(rand.NewPCG(uint64(w), 42))
+	lat := make([]time.Duration, 0, 1<<16)
+	var n, errs, over int
+	var firstErr string
+	for !g.stop.Load() {
+		i := rng.IntN(nreqs)
+		start := time.Now()
+		code, err := call(i)
+		took := time.Since(start)
+		if !g.measuring.Load() {
+			continue
+		}
+		n++
+		lat = append(lat, took)
+		if err != nil {
+			errs++
+			if firstErr == "" {
+				firstErr = err.Error()
+			}
+		} else if code == pb.RateLimitResponse_OVER_LIMIT {
+			over++
+		}
+	}
+	g.mu.Lock()
+	g.res.decisions += n
+	g.res.errors += errs
+	g.res.overLimit += over
+	if g.res.firstError == "" {
+		g.res.firstError = firstErr
+	}
+	g.lats = append(g.lats, lat)
+	g.mu.Unlock()
+}
+
+// measure counts the workers' calls for o.duration, with the CPU time the
+// load generator and the service (o.pid) spend meanwhile, under the
+// profile o asks for. On an error it stops the workers.
+func (g *grpcLoad) measure(o options) error {
 	cpu0, cpuErr := time.Duration(0), error(nil)
 	if o.pid > 0 {
 		cpu0, cpuErr = cpuTime(o.pid)
@@ -365,36 +394,42 @@ func runGRPC(addr string, o options) (result, error) {
 	own0, ownErr := cpuTime(os.Getpid())
 	stopProfile, err := startProfile(o.profile)
 	if err != nil {
-		stop.Store(true)
-		wg.Wait()
-		return result{}, err
+		g.stop.Store(true)
+		g.wg.Wait()
+		return err
 	}
 	start := time.Now()
-	measuring.Store(true)
+	g.measuring.Store(true)
 	time.Sleep(o.duration)
-	measuring.Store(false)
+	g.measuring.Store(false)
 	if err := stopProfile(); err != nil {
-		stop.Store(true)
-		wg.Wait()
-		return result{}, err
+		g.stop.Store(true)
+		g.wg.Wait()
+		return err
 	}
-	res.elapsed = time.Since(start)
+	g.res.elapsed = time.Since(start)
 	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
-		res.own = own1 - own0
+		g.res.own = own1 - own0
 	}
 	if o.pid > 0 && cpuErr == nil {
 		if cpu1, err := cpuTime(o.pid); err == nil {
-			res.cpu, res.cpuKnown = cpu1-cpu0, true
+			g.res.cpu, g.res.cpuKnown = cpu1-cpu0, true
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
+	return nil
+}
+
+// finish stops the workers and returns what they counted, with the
+// percentiles of every latency measured.
+func (g *grpcLoad) finish() result {
+	g.stop.Store(true)
+	g.wg.Wait()
 	var all []time.Duration
-	for _, l := range lats {
+	for _, l := range g.lats {
 		all = append(all, l...)
 	}
-	res.p50, res.p99, res.p999 = percentiles(all)
-	return res, nil
+	g.res.p50, g.res.p99, g.res.p999 = percentiles(all)
+	return g.res
 }
 
 // runJSON drives /json with vegeta: o.inflight workers sending as fast as

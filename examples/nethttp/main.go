@@ -61,33 +61,74 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
-	var store tollgate.Store = memorystore.New()
-	if *redisURL != "" {
-		opt, err := redis.ParseURL(*redisURL)
-		if err != nil {
-			fmt.Fprintln(stderr, "nethttp:", err)
-			return 2
-		}
-		opt.ContextTimeoutEnabled = true // let the middleware's deadline bound each call
-		store = redisstore.New(redis.NewClient(opt))
-	}
-	var ipOpts []clientip.Option
-	if *trust != "" {
-		ipOpts = append(ipOpts, clientip.TrustProxies(strings.Split(*trust, ",")...))
-	}
-	ips, err := clientip.New(ipOpts...)
+	store, err := newStore(*redisURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "nethttp:", err)
 		return 2
 	}
-	fl, err := headers.ParseFlavor(*flavor)
+	reg := prometheus.NewRegistry()
+	lim, err := newLimiter(store, *trust, *flavor, reg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "nethttp:", err)
 		return 2
 	}
 
-	reg := prometheus.NewRegistry()
-	lim, err := httplimit.New(store, []httplimit.Rule{
+	srv := &http.Server{Addr: *addr, Handler: routes(lim, reg), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	logger.Info("listening", "addr", *addr, "redis", *redisURL != "", "trusted proxies", *trust)
+	select {
+	case err := <-errc:
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 1
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(stderr, "nethttp:", err)
+		return 1
+	}
+	return 0
+}
+
+// newStore returns the Redis store of redisURL, shared by every replica,
+// or an in-process memory store when redisURL is empty.
+func newStore(redisURL string) (tollgate.Store, error) {
+	if redisURL == "" {
+		return memorystore.New(), nil
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, err
+	}
+	opt.ContextTimeoutEnabled = true // let the middleware's deadline bound each call
+	return redisstore.New(redis.NewClient(opt)), nil
+}
+
+// newLimiter is the middleware: rules over store, believing the
+// X-Forwarded-For of the proxies in trust, answering with the header
+// fields of flavor, its metrics in reg.
+func newLimiter(store tollgate.Store, trust, flavor string, reg *prometheus.Registry, logger *slog.Logger) (*httplimit.Limiter, error) {
+	var ipOpts []clientip.Option
+	if trust != "" {
+		ipOpts = append(ipOpts, clientip.TrustProxies(strings.Split(trust, ",")...))
+	}
+	ips, err := clientip.New(ipOpts...)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := headers.ParseFlavor(flavor)
+	if err != nil {
+		return nil, err
+	}
+	return httplimit.New(store, rules(), httplimit.WithClientIP(ips), httplimit.WithHeaders(fl), httplimit.WithRegistry(reg), httplimit.WithLogger(logger))
+}
+
+// rules are the service's limits. Unlike ServeMux's patterns, every rule
+// that matches a request applies, not only the most specific.
+func rules() []httplimit.Rule {
+	return []httplimit.Rule{
 		{
 			// Everyone, by IP: 10 per second with bursts of 20, 1000 a day.
 			Name:    "api-ip",
@@ -120,12 +161,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			DryRun:   true,
 			Policies: []enforce.Policy{{Name: "next", Limit: tollgate.PerMinute(30)}},
 		},
-	}, httplimit.WithClientIP(ips), httplimit.WithHeaders(fl), httplimit.WithRegistry(reg), httplimit.WithLogger(logger))
-	if err != nil {
-		fmt.Fprintln(stderr, "nethttp:", err)
-		return 2
 	}
+}
 
+// routes is the service: its API behind lim, and the metrics in reg,
+// which are not limited.
+func routes(lim *httplimit.Limiter, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/items", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -138,22 +179,5 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	root := http.NewServeMux()
 	root.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // not limited
 	root.Handle("/", lim.Handler(mux))
-
-	srv := &http.Server{Addr: *addr, Handler: root, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	logger.Info("listening", "addr", *addr, "redis", *redisURL != "", "trusted proxies", *trust)
-	select {
-	case err := <-errc:
-		fmt.Fprintln(stderr, "nethttp:", err)
-		return 1
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintln(stderr, "nethttp:", err)
-		return 1
-	}
-	return 0
+	return root
 }

@@ -51,12 +51,7 @@ func Changes(t *testing.T, b Backend, steps int, seed uint64) {
 		tollgate.SlidingWindowLog:     {{9, 0}, {3, 0}, {14, 0}},
 		tollgate.SlidingWindowCounter: {{9, 0}, {3, 0}, {14, 0}},
 	}
-	type call struct {
-		at    time.Duration
-		limit tollgate.Limit
-		n     int
-	}
-	history := map[string][]call{}
+	history := map[string][]changeCall{}
 	wrote := map[string]tollgate.Limit{} // by key and algorithm
 	algorithms := tollgate.Algorithms()
 	now := base
@@ -85,7 +80,7 @@ func Changes(t *testing.T, b Backend, steps int, seed uint64) {
 		if (werr == nil) != (gerr == nil) || got != want {
 			t.Fatalf("step %d: %s key %s n %d at T0%+v:\nstore  %+v (err %v)\nmemory %+v (err %v)", i, limit, key, n, now, got, gerr, want, werr)
 		}
-		history[key] = append(history[key], call{now, limit, n})
+		history[key] = append(history[key], changeCall{now, limit, n})
 		state := key + ":" + a.String()
 		if want.Allowed {
 			if n > 0 {
@@ -97,27 +92,43 @@ func Changes(t *testing.T, b Backend, steps int, seed uint64) {
 			continue
 		}
 		probed++
-		// Replay, then probe 1µs before the retry and at it.
-		probeClock := NewClock()
-		probe := memorystore.New(memorystore.WithClock(probeClock.Now))
-		for _, c := range history[key] {
-			probeClock.Set(c.at)
-			if _, err := probe.AllowN(ctx, key, c.limit, c.n); err != nil {
-				t.Fatal(err)
-			}
+		probeRetryAfter(t, i, key, history[key], limit, n, now, want.RetryAfter)
+	}
+}
+
+// changeCall is a call of Changes, as probeRetryAfter replays it.
+type changeCall struct {
+	at    time.Duration
+	limit tollgate.Limit
+	n     int
+}
+
+// probeRetryAfter replays calls, the history of key, into a fresh
+// memorystore and requires the call of step i (n under limit, at now),
+// denied with RetryAfter retry, to be denied again 1µs before now+retry and
+// admitted at it.
+func probeRetryAfter(t *testing.T, i int, key string, calls []changeCall, limit tollgate.Limit, n int, now, retry time.Duration) {
+	ctx := context.Background()
+	// Replay, then probe 1µs before the retry and at it.
+	probeClock := NewClock()
+	probe := memorystore.New(memorystore.WithClock(probeClock.Now))
+	for _, c := range calls {
+		probeClock.Set(c.at)
+		if _, err := probe.AllowN(ctx, key, c.limit, c.n); err != nil {
+			t.Fatal(err)
 		}
-		for _, p := range []struct {
-			at   time.Duration
-			want bool
-		}{{now + want.RetryAfter - time.Microsecond, false}, {now + want.RetryAfter, true}} {
-			probeClock.Set(p.at)
-			res, err := probe.AllowN(ctx, key, limit, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Allowed != p.want {
-				t.Fatalf("step %d: %s key %s n %d at T0%+v: RetryAfter %v, but at T0%+v Allowed = %v", i, limit, key, n, now, want.RetryAfter, p.at, res.Allowed)
-			}
+	}
+	for _, p := range []struct {
+		at   time.Duration
+		want bool
+	}{{now + retry - time.Microsecond, false}, {now + retry, true}} {
+		probeClock.Set(p.at)
+		res, err := probe.AllowN(ctx, key, limit, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed != p.want {
+			t.Fatalf("step %d: %s key %s n %d at T0%+v: RetryAfter %v, but at T0%+v Allowed = %v", i, limit, key, n, now, retry, p.at, res.Allowed)
 		}
 	}
 }

@@ -55,113 +55,145 @@ func settleModel(t *testing.T, target ModelTarget, alg tollgate.Algorithm, src r
 	oracle := model.New()
 	gen := NewGen(alg, src)
 	rng := rand.New(rand.NewPCG(src.Uint64(), src.Uint64()))
-	ctx := context.Background()
+	run := &settleRun{t: t, target: target, store: store, oracle: oracle, rng: rng, history: map[string][]string{}}
 	prefix := fmt.Sprintf("settlemodel:%d:", rand.Int64())
-	var (
-		open    []reservationMade
-		history = map[string][]string{}
-		// How many settles refunded, charged (and up to the cap), wrote,
-		// and left a key denying a request of 1: the run must reach them.
-		refunds, charges, capped, writes, owing int
-	)
 	defer func() {
-		t.Logf("%d settles: %d refunds, %d charges (%d beyond the cap), %d wrote, %d left the key denying a cost of 1", refunds+charges, refunds, charges, capped, writes, owing)
+		t.Logf("%d settles: %d refunds, %d charges (%d beyond the cap), %d wrote, %d left the key denying a cost of 1", run.refunds+run.charges, run.refunds, run.charges, run.capped, run.writes, run.owing)
 	}()
 	for i := 0; i < steps; i++ {
 		c := gen.Next()
 		key := prefix + fmt.Sprint(c.Key)
 		clock.Set(time.UnixMicro(c.Now).Sub(T0))
 		r := rng.IntN(100)
-		if r < 40 && len(open) > 0 {
-			j := rng.IntN(len(open))
-			res := open[j]
-			open = append(open[:j], open[j+1:]...)
-			if rng.IntN(8) == 0 {
-				// A charge with no reservation before it (reserved 0),
-				// such as a gateway's stream-done hits.
-				res.n, res.at = 0, 0
-			}
-			actual := drawActual(rng, res)
-			line := fmt.Sprintf("at %d settle (reserved %d at %d, actual %d) %v", c.Now, res.n, res.at, actual, res.limit)
-			live := expireBefore(t, target, store, oracle, res.key, res.limit, c.Now)
-			want, wrote, werr := oracle.SettleN(res.key, res.limit, res.at, res.n, actual, c.Now)
-			if werr != nil {
-				t.Fatalf("step %d: the model refuses %s: %v", i, line, werr)
-			}
-			var before any
-			if !wrote && target.Before != nil {
-				before = target.Before(t, store, res.key, res.limit)
-			}
-			got, err := store.SettleN(ctx, res.key, res.limit, res.at, res.n, actual)
-			history[res.key] = record(history[res.key], line, got, err)
-			if err != nil || got != want {
-				t.Fatalf("step %d: store and model differ (err %v):\n%s\nmodel: %s", i, err, strings.Join(history[res.key], "\n"), show(want))
-			}
-			switch p, _ := res.limit.Params(); {
-			case actual < res.n:
-				refunds++
-			case actual > res.n:
-				charges++
-				if int64(actual-res.n) > p.Capacity+p.MaxDebt {
-					capped++
-				}
-			}
-			if wrote {
-				writes++
-				if probe, _ := oracle.Clone().AllowN(res.key, res.limit, 1, c.Now); !probe.Allowed {
-					owing++
-				}
-			}
-			afterCall(t, target, store, oracle, i, res.key, res.limit, got, wrote, before, live, history)
-			lookBoth(t, target, store, oracle, i, res.key, res.limit, c.Now, history)
-			gen.Saw(got)
+		if r < 40 && len(run.open) > 0 {
+			gen.Saw(run.settle(i, c.Now))
 			continue
 		}
 		// A reservation, or now and then a plain decision.
-		line := fmt.Sprintf("at %d reserve %d %v", c.Now, c.N, c.Limit)
-		refused := c.N < 0 || int64(c.N) > model.Capacity(c.Limit)
-		live := false
-		if !refused {
-			live = expireBefore(t, target, store, oracle, key, c.Limit, c.Now)
+		if got, ok := run.reserve(i, c, key, r < 90); ok {
+			gen.Saw(got)
 		}
-		want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
-		wrote := werr == nil && want.Allowed && c.N > 0
-		var before any
-		if !wrote && target.Before != nil {
-			before = target.Before(t, store, key, c.Limit)
-		}
-		var (
-			got tollgate.Result
-			at  = c.Now
-			err error
-		)
-		if r < 90 {
-			got, at, err = store.ReserveN(ctx, key, c.Limit, c.N)
-		} else {
-			line = fmt.Sprintf("at %d allow %d %v", c.Now, c.N, c.Limit)
-			got, err = store.AllowN(ctx, key, c.Limit, c.N)
-		}
-		history[key] = record(history[key], line, got, err)
-		switch {
-		case werr != nil:
-			if !errCost(err) {
-				t.Fatalf("step %d: the model refuses cost %d under %v, the store says %s, %v", i, c.N, c.Limit, show(got), err)
-			}
-			continue
-		case err != nil || got != want:
-			t.Fatalf("step %d: store and model differ (err %v):\n%s\nmodel: %s", i, err, strings.Join(history[key], "\n"), show(want))
-		case at != c.Now:
-			t.Fatalf("step %d: ReserveN returned the instant %d, want the store's clock %d", i, at, c.Now)
-		}
-		afterCall(t, target, store, oracle, i, key, c.Limit, got, wrote, before, live, history)
-		if got.Allowed && c.N > 0 {
-			open = append(open, reservationMade{key, c.Limit, at, c.N})
-			if len(open) > 64 {
-				open = open[1:] // never settled: that is allowed too
-			}
-		}
-		gen.Saw(got)
 	}
+}
+
+// settleRun is the store and the model under settleModel, and what the run
+// has done so far.
+type settleRun struct {
+	t       *testing.T
+	target  ModelTarget
+	store   tollgate.Settler
+	oracle  *model.Model
+	rng     *rand.Rand
+	open    []reservationMade
+	history map[string][]string
+	// How many settles refunded, charged (and up to the cap), wrote,
+	// and left a key denying a request of 1: the run must reach them.
+	refunds, charges, capped, writes, owing int
+}
+
+// settle settles one of the open reservations, drawn at random, at now
+// (step i): on the store and on the model, which must agree.
+func (run *settleRun) settle(i int, now int64) tollgate.Result {
+	t, target, store, oracle, rng := run.t, run.target, run.store, run.oracle, run.rng
+	j := rng.IntN(len(run.open))
+	res := run.open[j]
+	run.open = append(run.open[:j], run.open[j+1:]...)
+	if rng.IntN(8) == 0 {
+		// A charge with no reservation before it (reserved 0),
+		// such as a gateway's stream-done hits.
+		res.n, res.at = 0, 0
+	}
+	actual := drawActual(rng, res)
+	line := fmt.Sprintf("at %d settle (reserved %d at %d, actual %d) %v", now, res.n, res.at, actual, res.limit)
+	live := expireBefore(t, target, store, oracle, res.key, res.limit, now)
+	want, wrote, werr := oracle.SettleN(res.key, res.limit, res.at, res.n, actual, now)
+	if werr != nil {
+		t.Fatalf("step %d: the model refuses %s: %v", i, line, werr)
+	}
+	var before any
+	if !wrote && target.Before != nil {
+		before = target.Before(t, store, res.key, res.limit)
+	}
+	got, err := store.SettleN(context.Background(), res.key, res.limit, res.at, res.n, actual)
+	run.history[res.key] = record(run.history[res.key], line, got, err)
+	if err != nil || got != want {
+		t.Fatalf("step %d: store and model differ (err %v):\n%s\nmodel: %s", i, err, strings.Join(run.history[res.key], "\n"), show(want))
+	}
+	run.count(res, actual, wrote, now)
+	afterCall(t, target, store, oracle, i, res.key, res.limit, got, wrote, before, live, run.history)
+	lookBoth(t, target, store, oracle, i, res.key, res.limit, now, run.history)
+	return got
+}
+
+// count adds a settle of res by actual at now to what the run has
+// covered.
+func (run *settleRun) count(res reservationMade, actual int, wrote bool, now int64) {
+	switch p, _ := res.limit.Params(); {
+	case actual < res.n:
+		run.refunds++
+	case actual > res.n:
+		run.charges++
+		if int64(actual-res.n) > p.Capacity+p.MaxDebt {
+			run.capped++
+		}
+	}
+	if wrote {
+		run.writes++
+		if probe, _ := run.oracle.Clone().AllowN(res.key, res.limit, 1, now); !probe.Allowed {
+			run.owing++
+		}
+	}
+}
+
+// reserve makes the call c on key at step i, a ReserveN when reserve is
+// true and else an AllowN, on the store and on the model, which must
+// agree; an admitted reservation joins the open ones. It reports false
+// for a cost the model refuses (and the store with it).
+func (run *settleRun) reserve(i int, c Call, key string, reserve bool) (tollgate.Result, bool) {
+	t, target, store, oracle := run.t, run.target, run.store, run.oracle
+	line := fmt.Sprintf("at %d reserve %d %v", c.Now, c.N, c.Limit)
+	refused := c.N < 0 || int64(c.N) > model.Capacity(c.Limit)
+	live := false
+	if !refused {
+		live = expireBefore(t, target, store, oracle, key, c.Limit, c.Now)
+	}
+	want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
+	wrote := werr == nil && want.Allowed && c.N > 0
+	var before any
+	if !wrote && target.Before != nil {
+		before = target.Before(t, store, key, c.Limit)
+	}
+	var (
+		got tollgate.Result
+		at  = c.Now
+		err error
+	)
+	if reserve {
+		got, at, err = store.ReserveN(context.Background(), key, c.Limit, c.N)
+	} else {
+		line = fmt.Sprintf("at %d allow %d %v", c.Now, c.N, c.Limit)
+		got, err = store.AllowN(context.Background(), key, c.Limit, c.N)
+	}
+	run.history[key] = record(run.history[key], line, got, err)
+	switch {
+	case werr != nil:
+		if !errCost(err) {
+			t.Fatalf("step %d: the model refuses cost %d under %v, the store says %s, %v", i, c.N, c.Limit, show(got), err)
+		}
+		return got, false
+	case err != nil || got != want:
+		t.Fatalf("step %d: store and model differ (err %v):\n%s\nmodel: %s", i, err, strings.Join(run.history[key], "\n"), show(want))
+	case at != c.Now:
+		t.Fatalf("step %d: ReserveN returned the instant %d, want the store's clock %d", i, at, c.Now)
+	}
+	afterCall(t, target, store, oracle, i, key, c.Limit, got, wrote, before, live, run.history)
+	if got.Allowed && c.N > 0 {
+		run.open = append(run.open, reservationMade{key, c.Limit, at, c.N})
+		if len(run.open) > 64 {
+			run.open = run.open[1:] // never settled: that is allowed too
+		}
+	}
+	return got, true
 }
 
 // drawActual returns an actual cost for res: nothing, less, the same,

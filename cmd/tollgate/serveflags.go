@@ -1,0 +1,208 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/service"
+	"github.com/tollgate/tollgate/internal/service/config"
+)
+
+// serveFlags are the flags serve and proxy share.
+type serveFlags struct {
+	config      string
+	redis       string
+	redisPwFile string
+	redisPrefix string
+	pipeline    time.Duration
+	timeout     time.Duration
+	failureMode string
+	shadow      bool
+	watch       bool
+	rulesFiles  rulesFileFlags
+	envoy       envoyFlags
+	logFormat   string
+	logLevel    string
+	logInterval time.Duration
+	headers     string
+	// how HTTP requests become descriptors (the auth endpoint, the proxy)
+	domain      string
+	descriptors multiFlag
+	trusted     string
+	ipHeader    string
+	bounds      requestBounds
+	redisTLS    redisTLSFlags // tls.go
+	// envoy's Prometheus listener and local cache (serve only)
+	extra envoyExtras
+}
+
+// requestBounds are the flags bounding one request to the decision service
+// and naming the auth endpoint's headers (see docs/operations.md,
+// Hardening).
+type requestBounds struct {
+	descriptors, entries, hits, bytes int
+	uriHeader, methodHeader           string
+}
+
+func (b *requestBounds) register(fs *flag.FlagSet) {
+	fs.IntVar(&b.descriptors, "max-descriptors", service.DefaultMaxDescriptors, "most descriptors in one request; more is invalid (gRPC InvalidArgument, HTTP 400)")
+	fs.IntVar(&b.entries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor; more is invalid")
+	fs.IntVar(&b.hits, "max-hits", service.DefaultMaxHits, "largest hits_addend a caller may send; more is invalid (a sliding_window_log rule writes one entry per hit)")
+	fs.IntVar(&b.bytes, "max-request-bytes", service.DefaultMaxRequestBytes, "largest gRPC message or /json body; more is refused (ResourceExhausted, HTTP 413)")
+}
+
+// registerAuth registers the flags naming the headers the auth endpoint
+// reads the original request from.
+func (b *requestBounds) registerAuth(fs *flag.FlagSet) {
+	fs.StringVar(&b.uriHeader, "auth-uri-header", service.DefaultURIHeader, "/auth: the header the proxy passes the original request's URI in, and the only one read (X-Forwarded-Uri behind Traefik or Caddy)")
+	fs.StringVar(&b.methodHeader, "auth-method-header", service.DefaultMethodHeader, "/auth: the header the proxy passes the original request's method in, and the only one read (X-Forwarded-Method behind Traefik or Caddy)")
+}
+
+func (b *requestBounds) options() ([]service.Option, error) {
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--max-descriptors", b.descriptors}, {"--max-entries", b.entries}, {"--max-hits", b.hits}, {"--max-request-bytes", b.bytes}} {
+		if v.n <= 0 {
+			return nil, fmt.Errorf("%s %d: want a positive number", v.name, v.n)
+		}
+	}
+	return []service.Option{service.WithMaxDescriptors(b.descriptors), service.WithMaxEntries(b.entries),
+		service.WithMaxHits(b.hits), service.WithMaxRequestBytes(b.bytes)}, nil
+}
+
+// multiFlag is a flag that may be given several times.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// registerHTTP registers the flags that say how HTTP requests become
+// descriptors; trustedDefault is the default of --trusted-proxies.
+func (f *serveFlags) registerHTTP(fs *flag.FlagSet, trustedDefault string) {
+	fs.StringVar(&f.domain, "domain", "", "domain of the descriptors built from HTTP requests")
+	fs.Var(&f.descriptors, "descriptor", "a descriptor built from HTTP requests, repeatable: entries 'remote_address', 'path', 'method', 'header:NAME', each optionally 'key=...', comma-separated; e.g. 'remote_address' or 'api_key=header:X-API-Key,path' (default remote_address)")
+	fs.StringVar(&f.trusted, "trusted-proxies", trustedDefault, "comma-separated CIDRs of proxies whose client-address header is believed")
+	fs.StringVar(&f.ipHeader, "client-ip-header", "X-Forwarded-For", "the header trusted proxies put the client's address in: X-Forwarded-For, Forwarded or X-Real-IP")
+}
+
+// httpRules builds the service.HTTPRules of the flags.
+func (f *serveFlags) httpRules() (service.HTTPRules, error) {
+	var opts []clientip.Option
+	if f.trusted != "" {
+		opts = append(opts, clientip.TrustProxies(strings.Split(f.trusted, ",")...))
+	}
+	opts = append(opts, clientip.FromHeader(f.ipHeader))
+	ip, err := clientip.New(opts...)
+	if err != nil {
+		return service.HTTPRules{}, fmt.Errorf("--trusted-proxies/--client-ip-header: %w", err)
+	}
+	for _, d := range f.descriptors {
+		if err := service.ParseDescriptorSpec(d); err != nil {
+			return service.HTTPRules{}, fmt.Errorf("--descriptor: %w", err)
+		}
+	}
+	return service.HTTPRules{Domain: f.domain, Descriptors: f.descriptors, ClientIP: ip}, nil
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "rules: a YAML file or a directory of them, in envoyproxy/ratelimit's format (required)")
+	fs.StringVar(&f.redis, "redis", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (default: $REDIS_URL, else the embedded memory store, one instance)")
+	fs.StringVar(&f.redisPwFile, "redis-password-file", "", "file whose first line is the Redis password, replacing the URL's (for Sentinel, the master's); default: the --redis URL's, else $REDIS_AUTH, else $REDIS_URL's")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "tollgate:", "prefix of every Redis key")
+	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
+	fs.DurationVar(&f.timeout, "timeout", enforce.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
+	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
+	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
+	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
+	f.rulesFiles.register(fs)
+	f.envoy.register(fs)
+	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.logInterval, "log-interval", enforce.DefaultLogInterval, "log store failures and the Redis client's own lines at most once per this long, each line saying how many were left out (similar_events_not_logged); 0 logs every one")
+	f.bounds.register(fs)
+	f.redisTLS.register(fs)
+}
+
+// rulesFileFlags say how the rules files are read, for directories laid
+// out as envoyproxy/ratelimit's runtime reads them.
+type rulesFileFlags struct {
+	merge, tree, ignoreDot bool
+	limits                 config.Limits
+}
+
+func (r *rulesFileFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&r.merge, "merge-domains", false, "merge the descriptors of one domain defined in several files (envoy's MERGE_DOMAIN_CONFIG), instead of refusing the second")
+	fs.BoolVar(&r.tree, "runtime-tree", false, "read every file under --config, in every directory, as envoyproxy/ratelimit's runtime does, instead of the *.yaml and *.yml files in it")
+	fs.BoolVar(&r.ignoreDot, "ignore-dotfiles", true, "with --runtime-tree, skip files and directories whose names start with '.' (envoy's RUNTIME_IGNOREDOTFILES; envoy reads them by default)")
+	d := config.DefaultLimits()
+	fs.Int64Var(&r.limits.MaxFileSize, "rules-max-file-bytes", d.MaxFileSize, "largest rules file; a larger one is refused")
+	fs.Int64Var(&r.limits.MaxTotalSize, "rules-max-total-bytes", d.MaxTotalSize, "largest sum of the rules files")
+	fs.IntVar(&r.limits.MaxFiles, "rules-max-files", d.MaxFiles, "most rules files (and, with --runtime-tree, directories)")
+	fs.IntVar(&r.limits.MaxDescriptors, "rules-max-descriptors", d.MaxDescriptors, "most descriptors all the rules files together may define")
+}
+
+func (r *rulesFileFlags) check() error {
+	l := r.limits
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"--rules-max-file-bytes", l.MaxFileSize}, {"--rules-max-total-bytes", l.MaxTotalSize}, {"--rules-max-files", int64(l.MaxFiles)}, {"--rules-max-descriptors", int64(l.MaxDescriptors)}} {
+		if v.n <= 0 {
+			return fmt.Errorf("%s %d: want a positive number", v.name, v.n)
+		}
+	}
+	return nil
+}
+
+func (r *rulesFileFlags) options() []config.Option {
+	opts := []config.Option{config.WithLimits(r.limits)}
+	if r.merge {
+		opts = append(opts, config.WithMergeDomains())
+	}
+	if r.tree {
+		opts = append(opts, config.WithRuntimeTree())
+		if !r.ignoreDot {
+			opts = append(opts, config.WithDotFiles())
+		}
+	}
+	return opts
+}
+
+// envoyFlags are envoyproxy/ratelimit's behaviours the service can take
+// on (see docs/migrating.md).
+type envoyFlags struct {
+	compat                     string
+	nearLimit                  float64
+	quota, metadata            bool
+	limitH, remainingH, resetH string
+}
+
+func (e *envoyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&e.compat, "compat", "", "envoy: answer exactly as envoyproxy/ratelimit where tollgate differs on purpose (limit_remaining 0 over the limit, denied hits counted, no Retry-After)")
+	fs.Float64Var(&e.nearLimit, "near-limit-ratio", service.DefaultNearLimitRatio, "share of a limit past which hits count as near_limit in ratelimit_service_rate_limit_near_limit (envoy's NEAR_LIMIT_RATIO)")
+	fs.BoolVar(&e.quota, "quota-mode", false, "every rule is a quota rule: a request is over the limit only when all the quota rules it touches are (envoy's QUOTA_MODE)")
+	fs.BoolVar(&e.metadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits to every gRPC answer as dynamic metadata (envoy's RESPONSE_DYNAMIC_METADATA; it carries descriptor values)")
+	fs.StringVar(&e.limitH, "header-limit", "", "name of the RateLimit-Limit field of --headers ratelimit (envoy's LIMIT_LIMIT_HEADER)")
+	fs.StringVar(&e.remainingH, "header-remaining", "", "name of the RateLimit-Remaining field (envoy's LIMIT_REMAINING_HEADER)")
+	fs.StringVar(&e.resetH, "header-reset", "", "name of the RateLimit-Reset field (envoy's LIMIT_RESET_HEADER)")
+}
+
+func (e *envoyFlags) options() ([]service.Option, error) {
+	switch e.compat {
+	case "", "envoy":
+	default:
+		return nil, fmt.Errorf("--compat %q: want envoy, or nothing", e.compat)
+	}
+	if !(e.nearLimit > 0 && e.nearLimit <= 1) {
+		return nil, fmt.Errorf("--near-limit-ratio %v: want 0 < ratio ≤ 1", e.nearLimit)
+	}
+	return []service.Option{service.WithEnvoyCompat(e.compat == "envoy"), service.WithNearLimitRatio(e.nearLimit),
+		service.WithQuotaMode(e.quota), service.WithResponseMetadata(e.metadata),
+		service.WithHeaderNames(e.limitH, e.remainingH, e.resetH)}, nil
+}

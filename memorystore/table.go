@@ -1,0 +1,273 @@
+package memorystore
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/tollgate/tollgate"
+)
+
+// A key's state is kept, as in Redis, per (key, algorithm, period), so that
+// several limits on one key do not share a counter. Each shard holds its
+// keys in a table of its own rather than a Go map: a decision then hashes
+// the key once (the hash picks the shard with its top bits and the slot
+// with its low bits), and finds the key's state in the slot itself, one
+// 64-byte entry, where a map of pointers to states reads a control word, a
+// slot and the state: on a store of many keys each of those is a miss of
+// the CPU's caches, and those misses were most of a decision's time.
+//
+// The table is open-addressed with linear probing, at most half full, so a
+// key is found in its first slot or the next almost always. A removal
+// shifts the entries after it back, so there are no tombstones and a look-up
+// stops at the first empty slot.
+
+// entry is one key's state: its slot in the table. kind 0 marks an empty
+// slot: a key's kind is never 0, its period being at least 1 µs. (A mark
+// in the hash would need a hash of 0 moved to another, an instruction too
+// many for locate to be inlined.)
+type entry struct {
+	hash uint64
+	kind uint64 // the period in µs << 3 | the algorithm
+	key  string
+	state
+}
+
+// kindOf packs an algorithm and a period (at most 2^46 µs, as Params
+// guarantees) into one word, compared at once.
+func kindOf(p *tollgate.Params) uint64 {
+	return uint64(p.PeriodUS)<<3 | uint64(p.Algorithm)
+}
+
+type shard struct {
+	mu  sync.Mutex
+	tab []entry // a power of two long, or nil before the first key
+	n   int     // occupied entries
+	// logs holds the sliding window logs of this shard's keys (their
+	// entry's a is the index + 1), freeLogs the indexes of logs whose key
+	// is gone: a new key reuses one, with its buffer if it kept one.
+	logs      []ring
+	freeLogs  []int
+	evictions atomic.Uint64
+	index     int // the shard's place in the store's shards
+	// where is tab's address with log2(len(tab)) in its top 6 bits (Go's
+	// heap addresses have 48 bits), read without the lock to prefetch a
+	// key's entry: a stale or wrong value costs a useless prefetch,
+	// nothing more.
+	where atomic.Uint64
+	_     [16]byte // 128 bytes: neighbouring shards' locks on lines of their own
+}
+
+// maxFreeBuffers bounds how many sliding window logs whose key is gone keep
+// their buffer in each shard.
+const maxFreeBuffers = 16
+
+// find returns the index of key's entry of the given hash and kind in sh
+// (locked), or -1.
+func (sh *shard) find(h, kind uint64, key string) int {
+	if len(sh.tab) == 0 {
+		return -1
+	}
+	mask := uint64(len(sh.tab) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		e := &sh.tab[i]
+		if e.hash == h && e.kind == kind && e.key == key {
+			return int(i)
+		}
+		if e.kind == 0 {
+			return -1
+		}
+	}
+}
+
+// place puts a new entry in sh (locked, with room for it: at most half
+// full after it) and returns its index.
+func (sh *shard) place(h, kind uint64, key string) int {
+	mask := uint64(len(sh.tab) - 1)
+	i := h & mask
+	for sh.tab[i].kind != 0 {
+		i = (i + 1) & mask
+	}
+	sh.tab[i] = entry{hash: h, kind: kind, key: key}
+	sh.n++
+	return int(i)
+}
+
+// grow doubles sh's table (or makes its first one).
+func (s *Store) grow(sh *shard) {
+	sh.moveTo(s.table(sh.index, max(8, 2*len(sh.tab))))
+}
+
+// moveTo moves sh's (locked) entries into tab, empty and at least as
+// large as its table, which it then is.
+func (sh *shard) moveTo(tab []entry) {
+	old := sh.tab
+	sh.tab = tab
+	sh.where.Store(uint64(uintptr(unsafe.Pointer(&tab[0]))) | uint64(bits.TrailingZeros(uint(len(tab))))<<whereShift)
+	mask := uint64(len(tab) - 1)
+	for k := range old {
+		if e := &old[k]; e.kind != 0 {
+			i := e.hash & mask
+			for tab[i].kind != 0 {
+				i = (i + 1) & mask
+			}
+			tab[i] = *e
+		}
+	}
+}
+
+// remove empties slot i of sh (locked), keeping its key's log buffer for
+// reuse, and moves back the entries after it that can move, so that every
+// key stays reachable from its home slot without gaps.
+func (sh *shard) remove(i int) {
+	if e := &sh.tab[i]; e.kind&7 == uint64(tollgate.SlidingWindowLog) && e.a > 0 {
+		if len(sh.freeLogs) >= maxFreeBuffers {
+			// Keep a few buffers for keys to come, not every one a
+			// crowd of keys once had.
+			sh.logs[e.a-1] = ring{}
+		}
+		sh.freeLogs = append(sh.freeLogs, int(e.a-1))
+	}
+	sh.n--
+	mask := len(sh.tab) - 1
+	for {
+		j := i
+		for {
+			j = (j + 1) & mask
+			if sh.tab[j].kind == 0 {
+				sh.tab[i] = entry{}
+				return
+			}
+			// The entry at j may move to i unless its home slot lies
+			// cyclically in (i, j].
+			home := int(sh.tab[j].hash) & mask
+			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+				break
+			}
+		}
+		sh.tab[i] = sh.tab[j]
+		i = j
+	}
+}
+
+// log returns the sliding window log of entry e of sh (locked), giving it
+// one if it has none.
+func (sh *shard) log(e *entry) *ring {
+	if e.a == 0 {
+		if n := len(sh.freeLogs); n > 0 {
+			e.a = int64(sh.freeLogs[n-1]) + 1
+			sh.freeLogs = sh.freeLogs[:n-1]
+			r := &sh.logs[e.a-1]
+			r.head, r.n = 0, 0
+			return r
+		}
+		sh.logs = append(sh.logs, ring{})
+		e.a = int64(len(sh.logs))
+	}
+	return &sh.logs[e.a-1]
+}
+
+// minBlock is the least size, in entries, of a block of tables: 8 MiB,
+// four huge pages on x86-64 and arm64. minBlockTable is the least size of
+// a table cut from a block: a shard's first keys, before it holds 65, are
+// not worth a block (with many shards, many megabytes) for the whole
+// store.
+const (
+	minBlock      = 8 << 20 / int(unsafe.Sizeof(entry{}))
+	minBlockTable = 256
+)
+
+// table returns an empty table of size entries for shard i.
+//
+// A store of many keys spends most of a decision waiting for the key's
+// entry, a miss of the CPU's caches and, with 4 KiB pages, of its TLB as
+// well: the tables of 100,000 keys span 4,000 pages, more than the TLB
+// holds, and in a virtual machine a TLB miss walks two page tables. So once
+// the shards' tables of a size take minBlock in all (and are at least
+// minBlockTable entries each), they are cut from one block, which the
+// system is asked to back with huge pages (Linux: transparent huge pages,
+// "madvise" or "always"), 2 MiB each: a handful cover the block.
+//
+// The block is made when half the shards have asked for a table of its
+// size (the first half get tables of their own meanwhile), and then every
+// shard moves into it (see move), the other half a little early: so the
+// store never holds a block beside the smaller tables of shards that may
+// not grow for a long time, and its tables take about 256 bytes a key
+// then, as the tables of shards just grown would. A shard that falls
+// behind afterwards gets tables of its own until it catches up.
+func (s *Store) table(i, size int) []entry {
+	if size < minBlockTable || size*len(s.shards) < minBlock {
+		return make([]entry, size)
+	}
+	b := &s.blocks
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if size == b.size {
+		return b.block[i*size : (i+1)*size : (i+1)*size]
+	}
+	if size < b.size {
+		return make([]entry, size)
+	}
+	if b.asked == nil {
+		b.asked = map[int]int{}
+	}
+	if b.asked[size]++; 2*b.asked[size] < len(s.shards) {
+		return make([]entry, size)
+	}
+	clear(b.asked)
+	b.block = make([]entry, size*len(s.shards))
+	b.size = size
+	adviseHugePages(b.block)
+	b.moving.Store(true)
+	return b.block[i*size : (i+1)*size : (i+1)*size]
+}
+
+// move moves every shard whose table is not in the current block into
+// it. The call that made the block runs it once its own shard is
+// unlocked, locking one shard at a time: no lock is held while it waits
+// for another.
+func (s *Store) move() {
+	b := &s.blocks
+	if !b.moving.CompareAndSwap(true, false) {
+		return
+	}
+	b.mu.Lock()
+	block, size := b.block, b.size
+	b.mu.Unlock()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		dst := block[i*size : (i+1)*size : (i+1)*size]
+		sh.mu.Lock()
+		if len(sh.tab) <= size && (len(sh.tab) == 0 || &sh.tab[0] != &dst[0]) {
+			sh.moveTo(dst)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// prefetch starts bringing the entry at hash h's home slot into the CPU's
+// caches, without the lock: the entry is read under the lock, and by then
+// it is on its way. A table of fewer than 2^minPrefetch entries (8 KiB) is
+// left alone: a store of such tables mostly stays in the caches, and the
+// call would cost a cached decision a tenth of its time.
+func (sh *shard) prefetch(h uint64) {
+	if w := sh.where.Load(); w>>whereShift >= minPrefetch {
+		mask := uint64(1)<<(w>>whereShift) - 1
+		prefetch(uintptr(w&(1<<whereShift-1) + h&mask*uint64(unsafe.Sizeof(entry{}))))
+	}
+}
+
+// whereShift places a table's log2 size in a shard's where; minPrefetch
+// is the least log2 size of a table whose entries are prefetched.
+const (
+	whereShift  = 58
+	minPrefetch = 7
+)
+
+// locate returns the hash of (key, kind) and the shard that holds it.
+func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
+	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
+	return h, &s.shards[h>>s.shift]
+}
