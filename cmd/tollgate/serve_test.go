@@ -314,7 +314,7 @@ func stores(t *testing.T, f func(t *testing.T, storeArgs []string)) {
 func TestServeEnvoyRules(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, storeArgs []string) {
-		p := startTollgate(t, "serve", append([]string{"--config", "../../config/testdata/envoy"}, storeArgs...)...)
+		p := startTollgate(t, "serve", append([]string{"--config", "../../internal/service/config/testdata/envoy"}, storeArgs...)...)
 		tenant := "t-" + randomID()
 
 		// alice has 1 per minute: one OK, then over the limit.
@@ -470,7 +470,7 @@ func postJSON(t *testing.T, url, body string) (int, string) {
 
 func TestServeJSON(t *testing.T) {
 	t.Parallel()
-	p := startTollgate(t, "serve", "--config", "../../config/testdata/envoy")
+	p := startTollgate(t, "serve", "--config", "../../internal/service/config/testdata/envoy")
 	tenant := "t-" + randomID()
 	body := `{"domain":"edge","descriptors":[{"entries":[{"key":"tenant","value":"` + tenant + `"},{"key":"user","value":"alice"}]}]}`
 	code, out := postJSON(t, p.http+"/json", body)
@@ -701,7 +701,7 @@ descriptors:
 // answering during --shutdown-delay, then stops cleanly with status 0.
 func TestServeDrain(t *testing.T) {
 	t.Parallel()
-	p := startTollgate(t, "serve", "--config", "../../config/testdata/envoy", "--shutdown-delay", "1s")
+	p := startTollgate(t, "serve", "--config", "../../internal/service/config/testdata/envoy", "--shutdown-delay", "1s")
 	if code, _ := p.get("/readyz"); code != 200 {
 		t.Fatalf("/readyz before SIGTERM: %d", code)
 	}
@@ -760,14 +760,14 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve"}, 2, "--config is required"},
 		{[]string{"serve", "--config", "x.yaml", "--failure-mode", "ajar"}, 2, `--failure-mode "ajar"`},
 		{[]string{"serve", "--config", "x.yaml", "--log-interval", "-1s"}, 2, `--log-interval -1s`},
-		{[]string{"serve", "--config", "../../config/testdata/envoy", "--redis", "http://x"}, 1, `redis URL scheme "http"`},
+		{[]string{"serve", "--config", "../../internal/service/config/testdata/envoy", "--redis", "http://x"}, 1, `redis URL scheme "http"`},
 		{[]string{"serve", "--config", "/nonexistent/rules.yaml"}, 1, "no such file"},
 		{[]string{"serve", "--config", "x.yaml", "--compat", "lyft"}, 2, `--compat "lyft"`},
 		{[]string{"serve", "--config", "x.yaml", "--rules-max-files", "0"}, 2, `--rules-max-files 0`},
-		{[]string{"serve", "--config", "../../config/testdata/envoy", "--rules-max-files", "1"}, 1, `limit of 1 .yaml and .yml files`},
-		{[]string{"serve", "--config", "../../config/testdata/envoy", "--rules-max-file-bytes", "100"}, 1, `larger than the limit of 100 bytes`},
+		{[]string{"serve", "--config", "../../internal/service/config/testdata/envoy", "--rules-max-files", "1"}, 1, `limit of 1 .yaml and .yml files`},
+		{[]string{"serve", "--config", "../../internal/service/config/testdata/envoy", "--rules-max-file-bytes", "100"}, 1, `larger than the limit of 100 bytes`},
 		{[]string{"serve", "--config", "x.yaml", "--near-limit-ratio", "1.5"}, 2, `--near-limit-ratio 1.5`},
-		{[]string{"serve", "--config", "../../config/testdata/envoy", "--header-limit", "X Limit"}, 1, `header name "X Limit"`},
+		{[]string{"serve", "--config", "../../internal/service/config/testdata/envoy", "--header-limit", "X Limit"}, 1, `header name "X Limit"`},
 	}
 	for _, tc := range tests {
 		var out bytes.Buffer

@@ -282,7 +282,7 @@ func TestTracingFlagsChecked(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var out, errb bytes.Buffer
-		args := append([]string{"tollgate", "serve", "--config", "../../config/testdata/envoy"}, tc.args...)
+		args := append([]string{"tollgate", "serve", "--config", "../../internal/service/config/testdata/envoy"}, tc.args...)
 		code := run(context.Background(), args, func(string) string { return "" }, &out, &errb)
 		if got, want := code, 2; got != want {
 			t.Errorf("%v: exit code %d, want %d", tc.args, got, want)
@@ -364,7 +364,7 @@ func TestServeTracingInstanceID(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// Nothing is traced here: the endpoint only has to be valid.
-			args := append([]string{"--config", "../../config/testdata/envoy", "--tracing", "--tracing-endpoint", "http://127.0.0.1:9"}, tc.args...)
+			args := append([]string{"--config", "../../internal/service/config/testdata/envoy", "--tracing", "--tracing-endpoint", "http://127.0.0.1:9"}, tc.args...)
 			p := startTollgateWith(t, launch{env: tc.env}, "serve", args...)
 			p.log.waitFor(t, regexp.MustCompile(`msg="tracing on" .* service_instance_id=`+tc.want+`\n`), 5*time.Second)
 		})
@@ -380,7 +380,7 @@ func TestServeLogsExportFailures(t *testing.T) {
 	}))
 	t.Cleanup(refuser.Close)
 	p := startTollgateWith(t, launch{env: []string{"OTEL_BSP_SCHEDULE_DELAY=50"}}, "serve",
-		"--config", "../../config/testdata/envoy", "--tracing", "--tracing-endpoint", refuser.URL)
+		"--config", "../../internal/service/config/testdata/envoy", "--tracing", "--tracing-endpoint", refuser.URL)
 	if got, want := p.ask(request("edge", desc("tenant", "t-"+randomID()))).OverallCode, pb.RateLimitResponse_OK; got != want {
 		t.Errorf("%v, want %v", got, want)
 	}
