@@ -31,7 +31,7 @@ import (
 // store that cannot answer.
 //
 // redisstore.Store implements it for a limit shared by every replica,
-// memorystore.Concurrency for one process.
+// memorystore.Store for one process.
 type ConcurrencyStore interface {
 	// Acquire takes one of max slots on key for lease, if one is free. On
 	// success the Permit identifies the slot; on a denial it is the zero

@@ -14,7 +14,7 @@ func ExampleConcurrencyStore() {
 	// At most 2 exports per tenant at once, in every replica together with
 	// redisstore.New(rdb); in one process with the memory store.
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a fixed clock, for the output below
-	var store tollgate.ConcurrencyStore = memorystore.NewConcurrency(memorystore.WithClock(func() time.Time { return now }))
+	var store tollgate.ConcurrencyStore = memorystore.New(memorystore.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 
 	var held []tollgate.Permit

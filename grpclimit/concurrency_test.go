@@ -423,7 +423,7 @@ func TestConcurrencyInvalidRule(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := ok
 			tc.change(&r)
-			_, err := grpclimit.Concurrency(memorystore.NewConcurrency(), r)
+			_, err := grpclimit.Concurrency(memorystore.New(), r)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -438,7 +438,7 @@ func TestConcurrencyInvalidRule(t *testing.T) {
 	if _, err := grpclimit.Concurrency(nil, ok); err == nil {
 		t.Error("nil store: no error")
 	}
-	if _, err := grpclimit.Concurrency(memorystore.NewConcurrency(), ok); err != nil {
+	if _, err := grpclimit.Concurrency(memorystore.New(), ok); err != nil {
 		t.Errorf("a valid rule: %v", err)
 	}
 }

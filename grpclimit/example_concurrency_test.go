@@ -18,7 +18,7 @@ import (
 // Here the interceptor is called directly: a second export of the same
 // tenant, started while the first runs, is denied; another tenant's is not.
 func ExampleConcurrency() {
-	conc, err := grpclimit.Concurrency(memorystore.NewConcurrency(), grpclimit.ConcurrencyRule{
+	conc, err := grpclimit.Concurrency(memorystore.New(), grpclimit.ConcurrencyRule{
 		Name:   "exports",
 		Method: "/acme.Exports/*",
 		Key: func(ctx context.Context, _ string) (string, bool) {

@@ -346,7 +346,7 @@ func TestConcurrencyApplies(t *testing.T) {
 			t.Parallel()
 			var inner int
 			var h http.Handler
-			mw := mustConcurrency(t, memorystore.NewConcurrency(), httplimit.ConcurrencyRule{
+			mw := mustConcurrency(t, memorystore.New(), httplimit.ConcurrencyRule{
 				Name: "export", Pattern: "POST /exports", Key: byTenant, Max: 1,
 				Match: func(r *http.Request) bool { return r.Header.Get("X-Internal") == "" },
 			})
@@ -376,15 +376,15 @@ func TestConcurrencyInvalidRule(t *testing.T) {
 		target error // nil: any error
 	}{
 		{"nil store", nil, func(*httplimit.ConcurrencyRule) {}, nil},
-		{"no name", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Name = "" }, nil},
-		{"colon in name", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Name = "a:b" }, nil},
-		{"no key", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Key = nil }, nil},
-		{"max 0", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Max = 0 }, tollgate.ErrInvalidLimit},
-		{"max too big", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Max = tollgate.MaxConcurrency + 1 }, tollgate.ErrInvalidLimit},
-		{"lease too short", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Lease = time.Microsecond }, tollgate.ErrInvalidLimit},
-		{"lease too long", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Lease = 25 * time.Hour }, tollgate.ErrInvalidLimit},
-		{"bad pattern", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.Pattern = "POST exports" }, nil},
-		{"bad failure mode", memorystore.NewConcurrency(), func(r *httplimit.ConcurrencyRule) { r.FailureMode = 9 }, nil},
+		{"no name", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Name = "" }, nil},
+		{"colon in name", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Name = "a:b" }, nil},
+		{"no key", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Key = nil }, nil},
+		{"max 0", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Max = 0 }, tollgate.ErrInvalidLimit},
+		{"max too big", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Max = tollgate.MaxConcurrency + 1 }, tollgate.ErrInvalidLimit},
+		{"lease too short", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Lease = time.Microsecond }, tollgate.ErrInvalidLimit},
+		{"lease too long", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Lease = 25 * time.Hour }, tollgate.ErrInvalidLimit},
+		{"bad pattern", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.Pattern = "POST exports" }, nil},
+		{"bad failure mode", memorystore.New(), func(r *httplimit.ConcurrencyRule) { r.FailureMode = 9 }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -410,7 +410,7 @@ func TestConcurrencyRejectHandler(t *testing.T) {
 	t.Parallel()
 	var got httplimit.Rejection
 	var retryAfter string
-	mw := mustConcurrency(t, memorystore.NewConcurrency(), httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1, Lease: 90 * time.Second},
+	mw := mustConcurrency(t, memorystore.New(), httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1, Lease: 90 * time.Second},
 		httplimit.WithRejectHandler(func(w http.ResponseWriter, r *http.Request, rej httplimit.Rejection) {
 			got, retryAfter = rej, w.Header().Get("Retry-After")
 			w.WriteHeader(rej.Status)

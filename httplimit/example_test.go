@@ -86,7 +86,7 @@ func Example_perAPIKeyPlans() {
 // redisstore.New(rdb) instead of the memory store, the limit holds across
 // every replica.
 func ExampleConcurrency() {
-	export, err := httplimit.Concurrency(memorystore.NewConcurrency(), httplimit.ConcurrencyRule{
+	export, err := httplimit.Concurrency(memorystore.New(), httplimit.ConcurrencyRule{
 		Name:    "export",
 		Pattern: "POST /exports",
 		Key: func(r *http.Request) (string, bool) {

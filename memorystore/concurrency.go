@@ -14,23 +14,24 @@ import (
 	"github.com/tollgate/tollgate/internal/store/permit"
 )
 
-// Concurrency is a tollgate.ConcurrencyStore in process memory: concurrency
-// limits for one process, deciding exactly as redisstore does. Create it with
-// NewConcurrency; it is safe for concurrent use.
+// permitTable holds a Store's concurrency limits (tollgate.ConcurrencyStore),
+// deciding exactly as redisstore does, apart from its rate limits: a key's
+// permits and its rate state never meet.
 //
 // Each key holds a small map of its permits and when each lapses. A call on
 // a key first drops the permits that have lapsed by the store's clock, so a
 // key holds at most as many permits as the largest max it was called with.
 // A key whose permits have all lapsed or been released is gone.
 //
-// Memory is bounded by WithMaxKeys, as in Store: once a shard is half full,
+// Memory is bounded by WithMaxKeys, as for rate limits and apart from them:
+// once a shard is half full,
 // each new key reclaims the lapsed keys among a few it samples, and when the
 // store is full and every key holds live permits, the sampled key whose last
-// permit lapses first is evicted and counted in Stats. An evicted key's
+// permit lapses first is evicted and counted in Stats (ConcurrencyEvictions). An evicted key's
 // holders keep running unaware, so its limit admits up to max more until
 // their leases would have ended; Renew tells them (ErrPermitExpired). Raise
 // WithMaxKeys if evictions happen.
-type Concurrency struct {
+type permitTable struct {
 	shards   []concShard
 	mask     uint64
 	seed     maphash.Seed
@@ -40,7 +41,7 @@ type Concurrency struct {
 	perShard int
 }
 
-var _ tollgate.ConcurrencyStore = (*Concurrency)(nil)
+var _ tollgate.ConcurrencyStore = (*Store)(nil)
 
 type concShard struct {
 	mu        sync.Mutex
@@ -59,11 +60,9 @@ type permits struct {
 	last int64
 }
 
-// NewConcurrency returns an empty Concurrency. It takes the Store's options:
-// WithClock, WithMaxKeys (default 1,000,000 keys) and WithShards.
-func NewConcurrency(opts ...Option) *Concurrency {
-	c, n := newConfig(opts)
-	s := &Concurrency{
+// newPermitTable returns an empty permitTable under c, in n shards.
+func newPermitTable(c options, n int) *permitTable {
+	s := &permitTable{
 		shards:   make([]concShard, n),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
@@ -81,7 +80,7 @@ func NewConcurrency(opts ...Option) *Concurrency {
 // clock returns the time in µs since the Unix epoch: WithClock's, or the
 // monotonic clock anchored to the wall clock when the store was made, so a
 // step of the system clock neither ends leases early nor stretches them.
-func (s *Concurrency) clock() (int64, error) {
+func (s *permitTable) clock() (int64, error) {
 	var now int64
 	if s.now != nil {
 		now = s.now().UnixMicro()
@@ -94,12 +93,33 @@ func (s *Concurrency) clock() (int64, error) {
 	return now, nil
 }
 
-func (s *Concurrency) shard(key string) *concShard {
+func (s *permitTable) shard(key string) *concShard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
-// Acquire implements tollgate.ConcurrencyStore.
-func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+// Acquire implements tollgate.ConcurrencyStore: concurrency limits for one
+// process, deciding exactly as redisstore does. A key's permits are kept
+// apart from its rate limits' state.
+func (s *Store) Acquire(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+	return s.permits.acquireNew(ctx, key, max, lease)
+}
+
+// AcquireID implements tollgate.ConcurrencyStore.
+func (s *Store) AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+	return s.permits.acquireID(ctx, key, id, max, lease)
+}
+
+// Release implements tollgate.ConcurrencyStore.
+func (s *Store) Release(ctx context.Context, p tollgate.Permit) error {
+	return s.permits.release(ctx, p)
+}
+
+// Renew implements tollgate.ConcurrencyStore.
+func (s *Store) Renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
+	return s.permits.renew(ctx, p, lease)
+}
+
+func (s *permitTable) acquireNew(ctx context.Context, key string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
 	res := tollgate.ConcurrencyResult{Max: max}
 	leaseUS, err := permit.CheckAcquire(key, max, lease)
 	if err != nil {
@@ -109,8 +129,7 @@ func (s *Concurrency) Acquire(ctx context.Context, key string, max int, lease ti
 	return s.acquire(ctx, key, permit.NewID(), max, leaseUS)
 }
 
-// AcquireID implements tollgate.ConcurrencyStore.
-func (s *Concurrency) AcquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+func (s *permitTable) acquireID(ctx context.Context, key, id string, max int, lease time.Duration) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
 	leaseUS, err := permit.CheckAcquireID(key, id, max, lease)
 	if err != nil {
 		return tollgate.Permit{}, tollgate.ConcurrencyResult{Max: max}, fmt.Errorf("memorystore: acquire: %w", err)
@@ -119,7 +138,7 @@ func (s *Concurrency) AcquireID(ctx context.Context, key, id string, max int, le
 }
 
 // acquire takes a slot of key for the permit id, checked.
-func (s *Concurrency) acquire(ctx context.Context, key, id string, max int, leaseUS int64) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
+func (s *permitTable) acquire(ctx context.Context, key, id string, max int, leaseUS int64) (tollgate.Permit, tollgate.ConcurrencyResult, error) {
 	res := tollgate.ConcurrencyResult{Max: max}
 	if err := ctx.Err(); err != nil {
 		return tollgate.Permit{}, res, fmt.Errorf("memorystore: acquire: %w", err)
@@ -159,7 +178,7 @@ func (s *Concurrency) acquire(ctx context.Context, key, id string, max int, leas
 }
 
 // Release implements tollgate.ConcurrencyStore.
-func (s *Concurrency) Release(ctx context.Context, p tollgate.Permit) error {
+func (s *permitTable) release(ctx context.Context, p tollgate.Permit) error {
 	if err := permit.Check(p); err != nil {
 		return fmt.Errorf("memorystore: release: %w", err)
 	}
@@ -180,7 +199,7 @@ func (s *Concurrency) Release(ctx context.Context, p tollgate.Permit) error {
 }
 
 // Renew implements tollgate.ConcurrencyStore.
-func (s *Concurrency) Renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
+func (s *permitTable) renew(ctx context.Context, p tollgate.Permit, lease time.Duration) (tollgate.Permit, error) {
 	if err := permit.Check(p); err != nil {
 		return p, fmt.Errorf("memorystore: renew: %w", err)
 	}
@@ -288,7 +307,7 @@ func (ps *permits) nth(i int) int64 {
 // insert does: below half full it only adds; above, it samples a few keys,
 // drops the lapsed ones and, when the shard is full, evicts the sampled key
 // whose last lease ends first.
-func (s *Concurrency) insert(sh *concShard, key string, ps *permits, now int64) {
+func (s *permitTable) insert(sh *concShard, key string, ps *permits, now int64) {
 	if len(sh.m) >= s.perShard/2 {
 		const samples = 4
 		var (
@@ -314,25 +333,24 @@ func (s *Concurrency) insert(sh *concShard, key string, ps *permits, now int64) 
 	sh.m[key] = ps
 }
 
-// Stats returns how many keys hold permits (lapsed ones not yet reclaimed
-// included) and how many live keys were evicted because the store was full.
-func (s *Concurrency) Stats() Stats {
-	var st Stats
+// stats returns how many keys hold permits (lapsed ones not yet reclaimed
+// included) and how many live keys were evicted because the table was full.
+func (s *permitTable) stats() (keys int, evictions uint64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += len(sh.m)
+		keys += len(sh.m)
 		sh.mu.Unlock()
-		st.Evictions += sh.evictions.Load()
+		evictions += sh.evictions.Load()
 	}
-	return st
+	return keys, evictions
 }
 
-// Held reports the permits key holds as the store last saw them, lapsed
+// held reports the permits key holds as the store last saw them, lapsed
 // ones not yet dropped included: how many, and when the last one lapses
 // (the zero Time when none). It is what Redis's ZCARD and the key's TTL
-// show for redisstore, for tests and debugging.
-func (s *Concurrency) Held(key string) (int, time.Time) {
+// show for redisstore, for tests.
+func (s *permitTable) held(key string) (int, time.Time) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

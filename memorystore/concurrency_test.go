@@ -17,10 +17,10 @@ import (
 func concurrencyBackend(opts ...memorystore.Option) conformance.ConcurrencyBackend {
 	return conformance.ConcurrencyBackend{
 		New: func(t *testing.T, now func() time.Time) tollgate.ConcurrencyStore {
-			return memorystore.NewConcurrency(append(opts, memorystore.WithClock(now))...)
+			return memorystore.New(append(opts, memorystore.WithClock(now))...)
 		},
 		Held: func(t *testing.T, s tollgate.ConcurrencyStore, key string, now time.Time) (int, time.Duration) {
-			n, last := s.(*memorystore.Concurrency).Held(key)
+			n, last := s.(*memorystore.Store).Held(key)
 			if n == 0 {
 				return 0, 0
 			}
@@ -50,7 +50,7 @@ func TestConcurrencyModel(t *testing.T) {
 // exceeds it.
 func TestConcurrencyGoroutines(t *testing.T) {
 	t.Parallel()
-	s := memorystore.NewConcurrency()
+	s := memorystore.New()
 	ctx := context.Background()
 	const max = 3
 	var inside, peak, admitted atomic.Int64
@@ -97,7 +97,7 @@ func TestConcurrencyGoroutines(t *testing.T) {
 func TestConcurrencyMaxKeys(t *testing.T) {
 	t.Parallel()
 	clock := conformance.NewClock()
-	s := memorystore.NewConcurrency(memorystore.WithClock(clock.Now), memorystore.WithMaxKeys(8), memorystore.WithShards(1))
+	s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithMaxKeys(8), memorystore.WithShards(1))
 	ctx := context.Background()
 	for i := range 8 {
 		if _, res, err := s.Acquire(ctx, fmt.Sprint("short:", i), 1, time.Second); err != nil || !res.Allowed {
@@ -111,11 +111,11 @@ func TestConcurrencyMaxKeys(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	if got, want := st.Evictions, uint64(0); got != want {
+	if got, want := st.ConcurrencyEvictions, uint64(0); got != want {
 		t.Errorf("evictions = %d, want %d: lapsed keys must go first", got, want)
 	}
-	if st.Keys > 8 {
-		t.Errorf("keys = %d, want at most 8", st.Keys)
+	if st.ConcurrencyKeys > 8 {
+		t.Errorf("keys = %d, want at most 8", st.ConcurrencyKeys)
 	}
 	// Now every key is live: each new one evicts one.
 	for i := range 8 {
@@ -132,14 +132,14 @@ func TestConcurrencyMaxKeys(t *testing.T) {
 		}
 	}
 	st = s.Stats()
-	if st.Keys != 8 || st.Evictions != 8 || gone != 8 {
+	if st.ConcurrencyKeys != 8 || st.ConcurrencyEvictions != 8 || gone != 8 {
 		t.Errorf("stats %+v with %d live keys gone, want 8 keys, 8 evictions, 8 gone", st, gone)
 	}
 }
 
 func TestConcurrencyCanceledContext(t *testing.T) {
 	t.Parallel()
-	s := memorystore.NewConcurrency()
+	s := memorystore.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, res, err := s.Acquire(ctx, "k", 1, time.Second)
@@ -152,7 +152,7 @@ func TestConcurrencyCanceledContext(t *testing.T) {
 // operation, on 10,000 keys. An Acquire allocates its permit's ID (and, for
 // a key with no permits, the key's map).
 func BenchmarkConcurrencyAcquireRelease(b *testing.B) {
-	s := memorystore.NewConcurrency()
+	s := memorystore.New()
 	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = fmt.Sprint("tenant:", i)

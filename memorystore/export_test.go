@@ -19,3 +19,8 @@ func (s *Store) TTL(key string, limit tollgate.Limit) (time.Duration, bool) {
 func (s *Store) Until(t time.Time) time.Duration {
 	return t.Sub(time.UnixMicro(s.clock()))
 }
+
+// Held reports the permits key holds, lapsed ones not yet dropped included:
+// how many, and when the last one lapses. It is what Redis's ZCARD and the
+// key's TTL show for redisstore.
+func (s *Store) Held(key string) (int, time.Time) { return s.permits.held(key) }

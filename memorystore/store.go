@@ -40,6 +40,7 @@ import (
 // Store is an in-memory tollgate.Store. Create it with New; it is safe for
 // concurrent use.
 type Store struct {
+	permits  *permitTable // the concurrency limits, apart from the rate limits
 	shards   []shard
 	shift    uint // a hash's top bits pick its shard: hash >> shift
 	seed     maphash.Seed
@@ -127,9 +128,10 @@ func (s *Store) check(key string, limit *tollgate.Limit, n int, spare *tollgate.
 var _ tollgate.Settler = (*Store)(nil)
 
 // Option configures a Store.
-type Option func(*config)
+type Option func(*options)
 
-type config struct {
+// options are what the Options set.
+type options struct {
 	now     func() time.Time
 	maxKeys int
 	shards  int
@@ -147,24 +149,25 @@ type config struct {
 // reclaimed state's expiry, that key starts afresh where it would otherwise
 // have found its state again. The monotonic clock never steps back.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.now = now }
+	return func(o *options) { o.now = now }
 }
 
-// WithMaxKeys bounds how many keys the store holds (default 1,000,000).
+// WithMaxKeys bounds how many keys the store holds (default 1,000,000): the
+// keys of rate limits, and apart from them, the keys of concurrency limits.
 func WithMaxKeys(n int) Option {
-	return func(c *config) { c.maxKeys = n }
+	return func(o *options) { o.maxKeys = n }
 }
 
 // WithShards sets how many independently locked shards the keys are spread
 // over, rounded up to a power of two (default 256).
 func WithShards(n int) Option {
-	return func(c *config) { c.shards = n }
+	return func(o *options) { o.shards = n }
 }
 
-// newConfig applies opts to the defaults and returns them with the number
+// newOptions applies opts to the defaults and returns them with the number
 // of shards: WithShards rounded up to a power of two.
-func newConfig(opts []Option) (config, int) {
-	c := config{maxKeys: 1_000_000, shards: 256}
+func newOptions(opts []Option) (options, int) {
+	c := options{maxKeys: 1_000_000, shards: 256}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -177,8 +180,9 @@ func newConfig(opts []Option) (config, int) {
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	c, n := newConfig(opts)
+	c, n := newOptions(opts)
 	s := &Store{
+		permits:  newPermitTable(c, n),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		seed:     maphash.MakeSeed(),
@@ -468,12 +472,17 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 
 // Stats describes a Store's memory.
 type Stats struct {
-	// Keys is how many keys hold state, expired ones not yet reclaimed
-	// included.
+	// Keys is how many keys hold rate-limit state, expired ones not yet
+	// reclaimed included.
 	Keys int
 	// Evictions counts live keys dropped because the store was full. Each
 	// one forgot what it had spent: raise WithMaxKeys if this grows.
 	Evictions uint64
+	// ConcurrencyKeys and ConcurrencyEvictions are the same for the keys
+	// of concurrency limits (Acquire): an evicted key's holders keep
+	// running, so its limit admits up to max more until their leases end.
+	ConcurrencyKeys      int
+	ConcurrencyEvictions uint64
 }
 
 // Stats returns the store's current Stats.
@@ -486,6 +495,7 @@ func (s *Store) Stats() Stats {
 		sh.mu.Unlock()
 		st.Evictions += sh.evictions.Load()
 	}
+	st.ConcurrencyKeys, st.ConcurrencyEvictions = s.permits.stats()
 	return st
 }
 

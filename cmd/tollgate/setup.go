@@ -131,7 +131,8 @@ type serveStore struct {
 // is no Redis URL, else a Redis store whose scripts are preloaded.
 func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, error) {
 	if target.url == "" {
-		return serveStore{Store: memorystore.New(), conc: memorystore.NewConcurrency(), name: "memory", cleanup: func() {}}, nil
+		m := memorystore.New()
+		return serveStore{Store: m, conc: m, name: "memory", cleanup: func() {}}, nil
 	}
 	// go-redis logs through the service's logger, sampled and redacted,
 	// from its first connection on.

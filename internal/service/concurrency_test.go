@@ -35,7 +35,7 @@ func newConcServer(t *testing.T, rules string, opts ...Option) (*Server, *time.T
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	opts = append([]Option{WithClock(clock), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		WithConcurrencyStore(memorystore.NewConcurrency(memorystore.WithClock(clock)))}, opts...)
+		WithConcurrencyStore(memorystore.New(memorystore.WithClock(clock)))}, opts...)
 	s, err := New(memorystore.New(memorystore.WithClock(clock)), opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -137,7 +137,7 @@ func hasReserved(entries []*rlv3.RateLimitDescriptor_Entry) bool {
 
 // WithConcurrencyStore sets the store of the rules' concurrency limits
 // (config.Concurrency): redisstore.Store for a limit shared by every
-// replica, memorystore.Concurrency for one process. Without it a
+// replica, memorystore.Store for one process. Without it a
 // concurrency rule cannot decide and answers by its failure mode.
 func WithConcurrencyStore(cs tollgate.ConcurrencyStore) Option {
 	return func(s *Server) { s.conc = cs }
