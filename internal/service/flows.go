@@ -151,15 +151,15 @@ var errNoConcurrencyStore = errors.New("server: a concurrency rule, but no concu
 // rule at p: under the request's deadline, timed, and when it fails
 // counted and logged as answered by the rule's failure mode.
 func (s *Server) storeCall(q *engine.Request, p *engine.Point, call func(context.Context) error) error {
-	return q.Call(p, "", outcomeNames[failed(p)], "tollgate: store failed; answered by the rule's failure mode", call)
+	return q.Call(p, "", failed(p).String(), "tollgate: store failed; answered by the rule's failure mode", call)
 }
 
 // failed is the outcome of a rule at p whose store call failed.
-func failed(p *engine.Point) outcome {
+func failed(p *engine.Point) engine.Outcome {
 	if p.Mode == enforce.FailClosed && !p.DryRun {
-		return outcomeFailClosed
+		return engine.FailedClosed
 	}
-	return outcomeFailOpen
+	return engine.FailedOpen
 }
 
 // charge is the stream-done call of a rate rule: hits × cost charged to
@@ -173,14 +173,14 @@ func failed(p *engine.Point) outcome {
 //
 // The answer is OK (Envoy does not read it); its limit_remaining and
 // duration_until_reset say where the counter stands after the charge.
-func (s *Server) charge(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
+func (s *Server) charge(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (engine.Outcome, tollgate.Result) {
 	r := it.rule
 	n := cost(hits, r.Cost)
 	if n == 0 {
 		return s.spend(q, domain, entries, it, hits, st, reset) // a look
 	}
 	p := s.pointOf(it)
-	res, err := q.Charge(p, "", outcomeNames[failed(p)], counterKey(domain, entries, r), r.Limit, n)
+	res, err := q.Charge(p, "", failed(p).String(), counterKey(domain, entries, r), r.Limit, n)
 	if err != nil {
 		o := failed(p)
 		traceStoreFailure(q.Context(), o, err)
@@ -188,7 +188,7 @@ func (s *Server) charge(q *engine.Request, domain string, entries []*rlv3.RateLi
 	}
 	st.LimitRemaining = remaining(res)
 	st.DurationUntilReset = roundUp(res.ResetAfter, reset)
-	return outcomeCharged, res
+	return engine.Charged, res
 }
 
 // pointOf is the engine's view of the rule of it.
@@ -205,11 +205,11 @@ func (s *Server) pointOf(it *item) *engine.Point {
 // releases the slot of that name. The counter is the descriptor's, as a
 // rate rule's, in the concurrency store. A look (hits 0) takes nothing and
 // answers OK.
-func (s *Server) concurrent(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
+func (s *Server) concurrent(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (engine.Outcome, tollgate.Result) {
 	r, c := it.rule, it.rule.Concurrency
 	p := s.pointOf(it)
 	if hits == 0 {
-		return outcomeOK, tollgate.Result{Allowed: true}
+		return engine.Allowed, tollgate.Result{Allowed: true}
 	}
 	key := counterKey(domain, entries, r)
 	if it.phase == phaseStreamDone {
@@ -224,7 +224,7 @@ func (s *Server) concurrent(q *engine.Request, domain string, entries []*rlv3.Ra
 			traceStoreFailure(q.Context(), o, err)
 			return o, tollgate.Result{}
 		}
-		return outcomeReleased, tollgate.Result{Allowed: true}
+		return engine.Released, tollgate.Result{Allowed: true}
 	}
 	var res tollgate.ConcurrencyResult
 	err := s.storeCall(q, p, func(ctx context.Context) (err error) {
@@ -247,7 +247,7 @@ func (s *Server) concurrent(q *engine.Request, domain string, entries []*rlv3.Ra
 	out := tollgate.Result{Allowed: res.Allowed, Remaining: res.Remaining, RetryAfter: res.RetryAfter}
 	if !res.Allowed {
 		st.DurationUntilReset = roundUp(res.RetryAfter, reset)
-		return outcomeOverLimit, out
+		return engine.Denied, out
 	}
-	return outcomeOK, out
+	return engine.Allowed, out
 }

@@ -4,24 +4,28 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
-// outcome is what happened to one descriptor of a request.
-type outcome uint8
+// numOutcomes is how many ways a descriptor can end: every engine.Outcome
+// up to engine.Released.
+const numOutcomes = engine.Released + 1
 
-const (
-	outcomeOK         outcome = iota // under the limit
-	outcomeOverLimit                 // over the limit: OVER_LIMIT
-	outcomeShadow                    // over the limit, answered OK by shadow_mode
-	outcomeUnlimited                 // an unlimited rule
-	outcomeFailOpen                  // the store failed; answered OK
-	outcomeFailClosed                // the store failed; answered OVER_LIMIT
-	outcomeCharged                   // a stream-done call's hits charged to the counter
-	outcomeReleased                  // a stream-done call released a concurrency slot
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow", "unlimited", "fail_open", "fail_closed", "charged", "released"}
+// decisionLabels are the outcome label values of
+// tollgate_serve_decisions_total, named as envoyproxy/ratelimit speaks of
+// its answers rather than as the middleware's metrics name the same
+// outcomes.
+var decisionLabels = [numOutcomes]string{
+	engine.Allowed:      "ok",
+	engine.Denied:       "over_limit",
+	engine.DryRunDenied: "shadow",
+	engine.Unlimited:    "unlimited",
+	engine.FailedOpen:   "fail_open",
+	engine.FailedClosed: "fail_closed",
+	engine.Charged:      "charged",
+	engine.Released:     "released",
+}
 
 // APIs a request can come through, for tollgate_serve_requests_total.
 const (

@@ -87,11 +87,11 @@ type ruleState struct {
 	counters [numOutcomes]atomic.Pointer[prometheus.Counter]
 }
 
-func (st *ruleState) counter(m *metrics, o outcome) prometheus.Counter {
+func (st *ruleState) counter(m *metrics, o engine.Outcome) prometheus.Counter {
 	if c := st.counters[o].Load(); c != nil {
 		return *c
 	}
-	c := m.decisions.WithLabelValues(st.rule.Domain, st.rule.ID, outcomeNames[o])
+	c := m.decisions.WithLabelValues(st.rule.Domain, st.rule.ID, decisionLabels[o])
 	st.counters[o].Store(&c)
 	return c
 }
@@ -407,7 +407,7 @@ func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, i
 		t.add(it.rule, &p.statuses[i], s.quotaMode)
 		// Header fields describe a rate: not a concurrency rule's slots,
 		// nor a charge, whose answer Envoy ignores.
-		if s.flavor != 0 && it.rule.Concurrency == nil && (a.o == outcomeOK || a.o == outcomeOverLimit || a.o == outcomeShadow) {
+		if s.flavor != 0 && it.rule.Concurrency == nil && (a.o == engine.Allowed || a.o == engine.Denied || a.o == engine.DryRunDenied) {
 			t.hds = append(t.hds, headerDecision(it.rule, a.o, a.res))
 		}
 	}
@@ -426,7 +426,7 @@ func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, i
 
 // answered is what answer returned for one descriptor.
 type answered struct {
-	o       outcome
+	o       engine.Outcome
 	res     tollgate.Result
 	decided bool
 }
@@ -562,7 +562,7 @@ func (s *Server) match(sn *snapshot, req *pb.RateLimitRequest, items []item) []i
 // limits (no rule, a replaced rule, an unlimited rule), which is answered
 // OK and already counted; the rest are to be counted and added up by the
 // caller.
-func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (o outcome, res tollgate.Result, decided bool) {
+func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (o engine.Outcome, res tollgate.Result, decided bool) {
 	r := it.rule
 	if r == nil || it.dropped {
 		st.Code = pb.RateLimitResponse_OK
@@ -571,7 +571,7 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 	if r.Unlimited {
 		st.Code = pb.RateLimitResponse_OK
 		st.LimitRemaining = math.MaxUint32
-		s.count(it, d.GetEntries(), outcomeUnlimited)
+		s.count(it, d.GetEntries(), engine.Unlimited)
 		return 0, res, false
 	}
 	if it.state != nil {
@@ -590,10 +590,10 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 	default:
 		o, res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	}
-	if o == outcomeOverLimit && r.ShadowMode {
-		o = outcomeShadow
+	if o == engine.Denied && r.ShadowMode {
+		o = engine.DryRunDenied
 	}
-	if o == outcomeOverLimit || o == outcomeFailClosed {
+	if o == engine.Denied || o == engine.FailedClosed {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 	} else {
 		st.Code = pb.RateLimitResponse_OK
@@ -603,10 +603,10 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 
 // denyAll answers a rule of 0 requests per unit without a store call: over
 // the limit for any hits, until the end of the current period.
-func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
-	o := outcomeOverLimit
+func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (engine.Outcome, tollgate.Result) {
+	o := engine.Denied
 	if hits == 0 {
-		o = outcomeOK
+		o = engine.Allowed
 	}
 	res := tollgate.Result{Limit: r.Limit}
 	period := int64(r.Unit.Duration())
@@ -656,8 +656,8 @@ func (s *Server) overall(api int, t *tally) pb.RateLimitResponse_Code {
 
 // headerDecision is the header fields' view of outcome o of rule r: a
 // policy named after the rule.
-func headerDecision(r *config.Rule, o outcome, res tollgate.Result) headers.Decision {
-	res.Allowed = o == outcomeOK
+func headerDecision(r *config.Rule, o engine.Outcome, res tollgate.Result) headers.Decision {
+	res.Allowed = o == engine.Allowed
 	policy := r.Name
 	if policy == "" {
 		policy = r.ID
@@ -749,7 +749,7 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 
 // spend spends hits of the rule of it through the engine and fills st
 // (and reset, its duration_until_reset) from its result.
-func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (outcome, tollgate.Result) {
+func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (engine.Outcome, tollgate.Result) {
 	r := it.rule
 	var p *engine.Point
 	if it.state != nil {
@@ -762,17 +762,17 @@ func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLim
 	res := step.Result
 	switch step.Outcome {
 	case engine.FailedOpen:
-		traceStoreFailure(q.Context(), outcomeFailOpen, step.Err)
-		return outcomeFailOpen, res
+		traceStoreFailure(q.Context(), engine.FailedOpen, step.Err)
+		return engine.FailedOpen, res
 	case engine.FailedClosed:
-		traceStoreFailure(q.Context(), outcomeFailClosed, step.Err)
-		return outcomeFailClosed, res
+		traceStoreFailure(q.Context(), engine.FailedClosed, step.Err)
+		return engine.FailedClosed, res
 	case engine.Allowed:
 		st.LimitRemaining = remaining(res)
 		if res.ResetAfter > 0 {
 			st.DurationUntilReset = roundUp(res.ResetAfter, reset)
 		}
-		return outcomeOK, res
+		return engine.Allowed, res
 	}
 	if step.Err == nil { // not a cost above what the rule can ever admit
 		st.LimitRemaining = remaining(res)
@@ -782,7 +782,7 @@ func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLim
 			st.LimitRemaining = 0
 		}
 	}
-	return outcomeOverLimit, res
+	return engine.Denied, res
 }
 
 func remaining(res tollgate.Result) uint32 {
@@ -811,7 +811,7 @@ func (s *Server) overridePoint(r *config.Rule) *engine.Point {
 	return &p
 }
 
-func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o outcome) {
+func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o engine.Outcome) {
 	r := it.rule
 	if it.state != nil && !r.HasValueToMetric() {
 		it.state.counter(s.m, o).Inc()
@@ -820,7 +820,7 @@ func (s *Server) count(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o ou
 	// detailed_metric, value_to_metric and override limits: the name
 	// depends on the request (as in envoyproxy/ratelimit, mind the
 	// cardinality).
-	s.m.decisions.WithLabelValues(r.Domain, config.MetricID(r, entries), outcomeNames[o]).Inc()
+	s.m.decisions.WithLabelValues(r.Domain, config.MetricID(r, entries), decisionLabels[o]).Inc()
 }
 
 // dropReplaced drops the rules named in the replaces of any rule of the
