@@ -71,7 +71,7 @@ const reservedPrefix = "tollgate."
 // of its descriptors, and what they said, one mark per descriptor. A
 // request without them (nearly every one) is returned as it is, with nil
 // marks and no allocation. A phase it does not know is an invalid request.
-func (s *Server) stripMarks(api int, req *pb.RateLimitRequest) (*pb.RateLimitRequest, []mark, error) {
+func (s *Server) stripMarks(via api, req *pb.RateLimitRequest) (*pb.RateLimitRequest, []mark, error) {
 	descs := req.GetDescriptors()
 	first := -1
 	for i, d := range descs {
@@ -103,7 +103,7 @@ func (s *Server) stripMarks(api int, req *pb.RateLimitRequest) (*pb.RateLimitReq
 				case PhaseStreamDone:
 					marks[i].phase = phaseStreamDone
 				default:
-					return nil, nil, s.invalid(api, invalidPhase, fmt.Sprintf("descriptor %d: %s %q: want %s or %s", i, PhaseKey, e.GetValue(), PhaseRequest, PhaseStreamDone))
+					return nil, nil, s.invalid(via, invalidPhase, fmt.Sprintf("descriptor %d: %s %q: want %s or %s", i, PhaseKey, e.GetValue(), PhaseRequest, PhaseStreamDone))
 				}
 			case PermitKey:
 				marks[i].permit = e.GetValue()

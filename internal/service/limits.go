@@ -97,45 +97,50 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBytes)}
 }
 
-// Reasons a request is invalid, for tollgate_serve_invalid_total.
+// invalidReason is why a request was refused as invalid: the reason label
+// of tollgate_serve_invalid_total.
+type invalidReason uint8
+
 const (
-	invalidRequest     = iota // no domain, no descriptors, a body that does not decode
-	invalidDescriptors        // more descriptors than the bound
-	invalidEntries            // a descriptor with more entries than the bound
-	invalidHits               // a hits_addend above the bound
-	invalidOverride           // a descriptor's own limit no store can count with
-	invalidTooLarge           // a body over the size bound
-	invalidAuth               // the auth endpoint: a missing header, a bad path or query
-	invalidPhase              // a tollgate.phase it does not know, a release that names no permit
+	invalidRequest     invalidReason = iota // no domain, no descriptors, a body that does not decode
+	invalidDescriptors                      // more descriptors than the bound
+	invalidEntries                          // a descriptor with more entries than the bound
+	invalidHits                             // a hits_addend above the bound
+	invalidOverride                         // a descriptor's own limit no store can count with
+	invalidTooLarge                         // a body over the size bound
+	invalidAuth                             // the auth endpoint: a missing header, a bad path or query
+	invalidPhase                            // a tollgate.phase it does not know, a release that names no permit
 	numInvalid
 )
 
 var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth", "phase"}
 
+func (r invalidReason) String() string { return invalidNames[r] }
+
 // check refuses a request past the bounds before any rule is looked up.
-func (s *Server) check(api int, req *pb.RateLimitRequest) error {
+func (s *Server) check(via api, req *pb.RateLimitRequest) error {
 	if req.GetDomain() == "" {
-		return s.invalid(api, invalidRequest, "rate limit domain must not be empty")
+		return s.invalid(via, invalidRequest, "rate limit domain must not be empty")
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {
-		return s.invalid(api, invalidRequest, "rate limit descriptor list must not be empty")
+		return s.invalid(via, invalidRequest, "rate limit descriptor list must not be empty")
 	}
 	if len(descs) > s.maxDescriptors {
-		return s.invalid(api, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.maxDescriptors))
+		return s.invalid(via, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.maxDescriptors))
 	}
 	if h := req.GetHitsAddend(); uint64(h) > uint64(s.maxHits) {
-		return s.invalid(api, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.maxHits))
+		return s.invalid(via, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.maxHits))
 	}
 	for i, d := range descs {
 		if n := len(d.GetEntries()); n > s.maxEntries {
-			return s.invalid(api, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
+			return s.invalid(via, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
 		}
 		// A stream-done charge spends at most its rule's capacity (see
 		// charge), whatever its hits: its cost to the store is bounded
 		// without refusing a response that reports many tokens.
 		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) && !streamDone(d.GetEntries()) {
-			return s.invalid(api, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
+			return s.invalid(via, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
 		}
 	}
 	return nil
@@ -148,7 +153,7 @@ func (s *Server) check(api int, req *pb.RateLimitRequest) error {
 // admit is not refused here: it is over the limit (see spend), as
 // envoyproxy/ratelimit answers it, so that a gateway failing open on
 // errors does not let it through.
-func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) error {
+func (s *Server) checkItems(via api, req *pb.RateLimitRequest, items []item) error {
 	for i := range items {
 		it := &items[i]
 		r := it.rule
@@ -156,14 +161,14 @@ func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) err
 			continue
 		}
 		if r.Concurrency != nil && it.phase == phaseStreamDone && it.permit == "" {
-			return s.invalid(api, invalidPhase, fmt.Sprintf("descriptor %d: a stream-done call of a concurrency rule must name the request's permit (%s)", i, PermitKey))
+			return s.invalid(via, invalidPhase, fmt.Sprintf("descriptor %d: a stream-done call of a concurrency rule must name the request's permit (%s)", i, PermitKey))
 		}
 		if it.state == nil { // a descriptor's own limit
 			if r.Unlimited {
-				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit has no unit", i))
+				return s.invalid(via, invalidOverride, fmt.Sprintf("descriptor %d: its limit has no unit", i))
 			}
 			if err := r.Limit.Validate(); err != nil && !r.DenyAll() {
-				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit: %v", i, err))
+				return s.invalid(via, invalidOverride, fmt.Sprintf("descriptor %d: its limit: %v", i, err))
 			}
 		}
 	}

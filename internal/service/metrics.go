@@ -27,26 +27,36 @@ var decisionLabels = [numOutcomes]string{
 	engine.Released:     "released",
 }
 
-// APIs a request can come through, for tollgate_serve_requests_total.
+// api is the way a request came in: the api label of
+// tollgate_serve_requests_total.
+type api uint8
+
 const (
-	apiGRPC = iota
-	apiJSON
-	apiNginx
-	apiProxy
+	apiGRPC  api = iota // ShouldRateLimit
+	apiJSON             // POST /json
+	apiNginx            // the auth endpoint (AuthHandler)
+	apiProxy            // the reverse proxy (Proxy)
 	numAPIs
 )
 
 var apiNames = [numAPIs]string{"grpc", "json", "nginx", "proxy"}
 
-// Overall answers, for tollgate_serve_requests_total.
+func (a api) String() string { return apiNames[a] }
+
+// code is a request's overall answer: the code label of
+// tollgate_serve_requests_total.
+type code uint8
+
 const (
-	codeOK = iota
+	codeOK code = iota
 	codeOverLimit
-	codeInvalid
+	codeInvalid // refused before any rule was looked up
 	numCodes
 )
 
 var codeNames = [numCodes]string{"ok", "over_limit", "invalid"}
+
+func (c code) String() string { return codeNames[c] }
 
 type metrics struct {
 	decisions     *prometheus.CounterVec
@@ -112,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"api", "code"})
 	for a := range numAPIs {
 		for c := range numCodes {
-			m.requests[a][c] = requests.WithLabelValues(apiNames[a], codeNames[c])
+			m.requests[a][c] = requests.WithLabelValues(a.String(), c.String())
 		}
 	}
 	noRule := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -132,7 +142,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, override, too_large, auth, phase.",
 	}, []string{"reason"})
 	for r := range numInvalid {
-		m.invalid[r] = invalid.WithLabelValues(invalidNames[r])
+		m.invalid[r] = invalid.WithLabelValues(r.String())
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_config_reloads_total",

@@ -301,14 +301,14 @@ func (s *Server) wireFields() [len(headerOrder)]wireField {
 // domain or descriptors. An invalid request is the caller's mistake: it
 // is answered at once, never by a failure mode, and never counted or
 // logged as a store failure.
-func (s *Server) invalid(api, reason int, msg string) error {
-	s.countInvalid(api, reason)
+func (s *Server) invalid(via api, reason invalidReason, msg string) error {
+	s.countInvalid(via, reason)
 	return status.Error(codes.InvalidArgument, "server: "+msg)
 }
 
-// countInvalid counts an invalid request of api for reason.
-func (s *Server) countInvalid(api, reason int) {
-	s.m.requests[api][codeInvalid].Inc()
+// countInvalid counts an invalid request that came via for reason.
+func (s *Server) countInvalid(via api, reason invalidReason) {
+	s.m.requests[via][codeInvalid].Inc()
 	s.m.invalid[reason].Inc()
 }
 
@@ -325,8 +325,8 @@ type item struct {
 // response it returns the rate-limit header fields of the answer (nil when
 // there are none): every descriptor the store decided, as a policy named
 // after its rule.
-func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
-	return s.decideFor(ctx, api, req, false)
+func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest) (*pb.RateLimitResponse, http.Header, error) {
+	return s.decideFor(ctx, via, req, false)
 }
 
 // decideFor is decide for either kind of caller: with inResponse, the
@@ -344,11 +344,11 @@ func (s *Server) decide(ctx context.Context, api int, req *pb.RateLimitRequest) 
 // the store too, where it is deepest: gRPC runs a request on a fresh
 // goroutine whenever its stream workers are busy, and every kilobyte more
 // there is a stack to grow and copy.
-func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitRequest, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
-	if err := s.check(api, req); err != nil {
+func (s *Server) decideFor(ctx context.Context, via api, req *pb.RateLimitRequest, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+	if err := s.check(via, req); err != nil {
 		return nil, nil, err
 	}
-	req, marks, err := s.stripMarks(api, req)
+	req, marks, err := s.stripMarks(via, req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -362,16 +362,16 @@ func (s *Server) decideFor(ctx context.Context, api int, req *pb.RateLimitReques
 	for i, m := range marks {
 		items[i].phase, items[i].permit = m.phase, m.permit
 	}
-	if err := s.checkItems(api, req, items); err != nil {
+	if err := s.checkItems(via, req, items); err != nil {
 		return nil, nil, err
 	}
-	return s.answerAll(ctx, api, req, items, inResponse)
+	return s.answerAll(ctx, via, req, items, inResponse)
 }
 
 // answerAll answers the descriptors of req, matched to items, and adds
 // the answers up (sumUp). With WithParallelDescriptors, when two
 // descriptors or more need the store, their store calls are made at once.
-func (s *Server) answerAll(ctx context.Context, api int, req *pb.RateLimitRequest, items []item, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+func (s *Server) answerAll(ctx context.Context, via api, req *pb.RateLimitRequest, items []item, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
 	n := len(items)
 	p := newParts(n)
 	var astack [4]answered
@@ -389,12 +389,12 @@ func (s *Server) answerAll(ctx context.Context, api int, req *pb.RateLimitReques
 	} else {
 		s.answerInTurn(ctx, req, items, &p, answers)
 	}
-	return s.sumUp(ctx, api, req, items, answers, &p, inResponse)
+	return s.sumUp(ctx, via, req, items, answers, &p, inResponse)
 }
 
 // sumUp counts the answers of req's descriptors and adds them up into the
 // response's overall code and the header fields.
-func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, items []item, answers []answered, p *parts, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
+func (s *Server) sumUp(ctx context.Context, via api, req *pb.RateLimitRequest, items []item, answers []answered, p *parts, inResponse bool) (*pb.RateLimitResponse, http.Header, error) {
 	var hstack [4]headers.Decision
 	t := tally{overall: pb.RateLimitResponse_OK, hds: hstack[:0]}
 	for i, d := range req.GetDescriptors() {
@@ -412,7 +412,7 @@ func (s *Server) sumUp(ctx context.Context, api int, req *pb.RateLimitRequest, i
 		}
 	}
 	resp := p.resp
-	resp.OverallCode = s.overall(api, &t)
+	resp.OverallCode = s.overall(via, &t)
 	traceDecision(ctx, req, resp.OverallCode)
 	if s.metadata {
 		resp.DynamicMetadata = requestMetadata(req)
@@ -635,8 +635,8 @@ func (t *tally) add(r *config.Rule, st *pb.RateLimitResponse_DescriptorStatus, q
 }
 
 // overall is the request's overall code from t, after the quota rules and
-// global shadow mode have had their say; it counts the request of api.
-func (s *Server) overall(api int, t *tally) pb.RateLimitResponse_Code {
+// global shadow mode have had their say; it counts the request, which came via.
+func (s *Server) overall(via api, t *tally) pb.RateLimitResponse_Code {
 	overall := t.overall
 	// Quota rules deny together: only when every one of them is over.
 	if t.quota > 0 && t.quota == t.quotaOver {
@@ -647,9 +647,9 @@ func (s *Server) overall(api int, t *tally) pb.RateLimitResponse_Code {
 		s.m.globalShadow.Inc()
 	}
 	if overall == pb.RateLimitResponse_OVER_LIMIT {
-		s.m.requests[api][codeOverLimit].Inc()
+		s.m.requests[via][codeOverLimit].Inc()
 	} else {
-		s.m.requests[api][codeOK].Inc()
+		s.m.requests[via][codeOK].Inc()
 	}
 	return overall
 }
