@@ -27,7 +27,7 @@ type statsWant struct{ total, over, near, within, shadow float64 }
 
 func statsOf(s *Server, key1 string) statsWant {
 	v := func(i int) float64 { return testutil.ToFloat64(s.envoy.vecs[i].WithLabelValues("d", key1, "")) }
-	return statsWant{v(statTotalHits), v(statOverLimit), v(statNearLimit), v(statWithinLimit), v(statShadowMode)}
+	return statsWant{v(statTotalHits), v(statOverLimit), v(statNearLimit), v(statWithinLimit), v(statDryRun)}
 }
 
 // TestEnvoyStats: the per-rule statistics count hits as envoyproxy/ratelimit

@@ -32,7 +32,7 @@ const (
 	statOverLimit
 	statNearLimit
 	statWithinLimit
-	statShadowMode
+	statDryRun // envoy's shadow_mode
 	numEnvoyStats
 )
 
@@ -156,6 +156,6 @@ func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n in
 	}
 	rs[statOverLimit].Add(float64(over))
 	if o == engine.DryRunDenied {
-		rs[statShadowMode].Add(float64(over))
+		rs[statDryRun].Add(float64(over))
 	}
 }

@@ -71,7 +71,7 @@ type metrics struct {
 	rules         prometheus.Gauge
 	ready         prometheus.Gauge
 	storeUp       prometheus.Gauge
-	globalShadow  prometheus.Counter
+	globalDryRun  prometheus.Counter
 }
 
 const (
@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_serve_decisions_total",
-			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit, answered OK by shadow_mode), unlimited, fail_open and fail_closed (the store failed or missed its deadline), charged (hits a stream-done call charged) and released (a concurrency slot a stream-done call gave back).",
+			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit of a shadow_mode rule, a dry run, and answered OK), unlimited, fail_open and fail_closed (the store failed or missed its deadline), charged (hits a stream-done call charged) and released (a concurrency slot a stream-done call gave back).",
 		}, []string{"domain", "rule", "outcome"}),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_serve_store_duration_seconds",
@@ -111,9 +111,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_serve_store_skipped_total",
 			Help: "Descriptors answered by failure mode without a store call because their request's deadline had already passed (after a store call of the same request timed out).",
 		}),
-		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+		globalDryRun: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_serve_global_shadow_total",
-			Help: "Requests over the limit answered OK because of the global shadow mode.",
+			Help: "Requests over the limit answered OK because of the global dry run (--shadow-mode).",
 		}),
 	}
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -153,7 +153,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.reloads[reloadUnchanged] = reloads.WithLabelValues("unchanged")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.decisions, requests, noRule, m.storeDuration, storeErrors, m.storeSkipped, invalid, reloads,
-			m.lastReload, m.rules, m.ready, m.storeUp, m.globalShadow} {
+			m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}

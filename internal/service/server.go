@@ -38,7 +38,7 @@ type Server struct {
 	store    tollgate.Store
 	timeout  time.Duration
 	failMode enforce.FailureMode
-	shadow   bool
+	dryRun   bool
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	m        *metrics
@@ -115,9 +115,11 @@ func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = 
 // enforce.FailClosed (config.FailureMode is the same type).
 func WithFailureMode(m enforce.FailureMode) Option { return func(s *Server) { s.failMode = m } }
 
-// WithShadowMode turns on the global shadow mode of envoyproxy/ratelimit:
-// every decision is made and counted, but the overall answer is always OK.
-func WithShadowMode(on bool) Option { return func(s *Server) { s.shadow = on } }
+// WithDryRun makes the whole service a dry run, as envoyproxy/ratelimit's
+// global SHADOW_MODE does: every decision is made and counted, but the
+// overall answer is always OK, so that limits can be watched before they
+// are enforced.
+func WithDryRun(on bool) Option { return func(s *Server) { s.dryRun = on } }
 
 // WithLogInterval logs store failures at most once per d (default
 // enforce.DefaultLogInterval, 10 s, as for the middleware); each record
@@ -590,7 +592,7 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 	default:
 		o, res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	}
-	if o == engine.Denied && r.ShadowMode {
+	if o == engine.Denied && r.DryRun {
 		o = engine.DryRunDenied
 	}
 	if o == engine.Denied || o == engine.FailedClosed {
@@ -635,16 +637,16 @@ func (t *tally) add(r *config.Rule, st *pb.RateLimitResponse_DescriptorStatus, q
 }
 
 // overall is the request's overall code from t, after the quota rules and
-// global shadow mode have had their say; it counts the request, which came via.
+// global dry run have had their say; it counts the request, which came via.
 func (s *Server) overall(via api, t *tally) pb.RateLimitResponse_Code {
 	overall := t.overall
 	// Quota rules deny together: only when every one of them is over.
 	if t.quota > 0 && t.quota == t.quotaOver {
 		overall = pb.RateLimitResponse_OVER_LIMIT
 	}
-	if overall == pb.RateLimitResponse_OVER_LIMIT && s.shadow {
+	if overall == pb.RateLimitResponse_OVER_LIMIT && s.dryRun {
 		overall = pb.RateLimitResponse_OK
-		s.m.globalShadow.Inc()
+		s.m.globalDryRun.Inc()
 	}
 	if overall == pb.RateLimitResponse_OVER_LIMIT {
 		s.m.requests[via][codeOverLimit].Inc()
@@ -662,7 +664,7 @@ func headerDecision(r *config.Rule, o engine.Outcome, res tollgate.Result) heade
 	if policy == "" {
 		policy = r.ID
 	}
-	return headers.Decision{Policy: policy, Result: res, DryRun: r.ShadowMode}
+	return headers.Decision{Policy: policy, Result: res, DryRun: r.DryRun}
 }
 
 // header writes the header fields of hds in the server's flavor, or
@@ -680,7 +682,7 @@ func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Cod
 // their slices in vals when it is not nil (headers.Values.Write).
 func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
 	if overall == pb.RateLimitResponse_OK {
-		// Global shadow mode or quota_mode let the request through:
+		// The global dry run or quota_mode let the request through:
 		// no Retry-After for a request that passes.
 		for i := range hds {
 			hds[i].Result.Allowed = true
@@ -790,13 +792,13 @@ func remaining(res tollgate.Result) uint32 {
 }
 
 // point is rule r as the engine sees it: its failure mode (the server's
-// when r has none), shadow mode, and the server's store metrics.
+// when r has none), dry run, and the server's store metrics.
 func (s *Server) point(r *config.Rule) engine.Point {
 	mode := r.FailureMode
 	if mode == enforce.FailDefault {
 		mode = s.failMode
 	}
-	return engine.Point{Rule: r.ID, Mode: mode, DryRun: r.ShadowMode,
+	return engine.Point{Rule: r.ID, Mode: mode, DryRun: r.DryRun,
 		Latency: s.m.storeDuration, Errors: s.m.storeErrors[1], Timeouts: s.m.storeErrors[0], Skipped: s.m.storeSkipped}
 }
 
