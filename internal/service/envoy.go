@@ -89,15 +89,6 @@ func (s *Server) checkEnvoyOptions() error {
 	return nil
 }
 
-// headerName returns the key of field in the server's header map and the
-// name it is sent as in response_headers_to_add.
-func (s *Server) headerName(field string) (key, wire string) {
-	if name, ok := s.headerNames[field]; ok {
-		return http.CanonicalHeaderKey(name), name
-	}
-	return field, wireName[field]
-}
-
 // spendDenied spends, in envoy compatibility, what was left of r's limit
 // when a request over it was denied (res): envoy counts denied hits, so
 // nothing passes until the counter resets. What the store answers does

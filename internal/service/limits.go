@@ -2,10 +2,11 @@ package service
 
 import (
 	"fmt"
-	"math"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Bounds on one request. A request is built by a gateway from a route's
@@ -175,11 +176,18 @@ func (s *Server) checkItems(via api, req *pb.RateLimitRequest, items []item) err
 	return nil
 }
 
-// cost is hits × the rule's cost, or math.MaxInt when that overflows.
-func cost(hits, ruleCost int) int {
-	n := hits * ruleCost
-	if hits > 0 && n/hits != ruleCost {
-		return math.MaxInt
-	}
-	return n
+// invalid counts and returns the error of an invalid request:
+// InvalidArgument, as envoyproxy/ratelimit refuses a request without a
+// domain or descriptors. An invalid request is the caller's mistake: it
+// is answered at once, never by a failure mode, and never counted or
+// logged as a store failure.
+func (s *Server) invalid(via api, reason invalidReason, msg string) error {
+	s.countInvalid(via, reason)
+	return status.Error(codes.InvalidArgument, "server: "+msg)
+}
+
+// countInvalid counts an invalid request that came via for reason.
+func (s *Server) countInvalid(via api, reason invalidReason) {
+	s.m.requests[via][codeInvalid].Inc()
+	s.m.invalid[reason].Inc()
 }
