@@ -279,7 +279,7 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 		}
 		specs := hr.specs
 		if raw := q["descriptor"]; len(raw) > 0 {
-			if specs, err = cache.get(raw, s.maxDescriptors, s.maxEntries); err != nil {
+			if specs, err = cache.get(raw, s.max.descriptors, s.max.entries); err != nil {
 				s.authInvalid(w, err.Error())
 				return
 			}

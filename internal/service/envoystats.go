@@ -109,11 +109,11 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 		if rs := it.state.envoy.p.Load(); rs != nil {
 			return rs
 		}
-		rs := s.envoy.forName(r.Domain, r.ID)
+		rs := s.stats.forName(r.Domain, r.ID)
 		it.state.envoy.p.Store(rs)
 		return rs
 	}
-	return s.envoy.forName(r.Domain, config.MetricID(r, entries))
+	return s.stats.forName(r.Domain, config.MetricID(r, entries))
 }
 
 // countHits adds a decided descriptor's n hits to the statistics of its
@@ -132,7 +132,7 @@ func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n in
 	if r.DenyAll() {
 		limit = 0
 	}
-	near := uint64(math.Floor(float64(float32(limit) * float32(s.nearLimitRatio))))
+	near := uint64(math.Floor(float64(float32(limit) * float32(s.envoy.nearLimitRatio))))
 	left := min(uint64(max(res.Remaining, 0)), limit)
 	var before, after uint64
 	if o == engine.Allowed {

@@ -27,6 +27,14 @@ var (
 	}
 )
 
+// headerStyle is how the server writes the rate-limit header fields of
+// its answers.
+type headerStyle struct {
+	flavor headers.Flavor              // which fields (WithHeaders)
+	names  map[string]string           // header field → name it is sent as (WithHeaderNames)
+	wire   [len(headerOrder)]wireField // response_headers_to_add: fields and names, in order
+}
+
 // wireField is one field of response_headers_to_add: its key in the
 // server's header map and the name it is sent as.
 type wireField struct{ key, wire string }
@@ -44,7 +52,7 @@ func (s *Server) wireFields() [len(headerOrder)]wireField {
 // headerName returns the key of field in the server's header map and the
 // name it is sent as in response_headers_to_add.
 func (s *Server) headerName(field string) (key, wire string) {
-	if name, ok := s.headerNames[field]; ok {
+	if name, ok := s.hdr.names[field]; ok {
 		return http.CanonicalHeaderKey(name), name
 	}
 	return field, wireName[field]
@@ -85,18 +93,18 @@ func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.
 	// The clock is read only for X-RateLimit-Reset, the one field that
 	// is a moment rather than a duration.
 	var now time.Time
-	if s.flavor&headers.XRateLimit != 0 {
+	if s.hdr.flavor&headers.XRateLimit != 0 {
 		now = s.now()
 	}
 	if vals != nil {
-		vals.Write(h, s.flavor, now, hds...)
+		vals.Write(h, s.hdr.flavor, now, hds...)
 	} else {
-		headers.Write(h, s.flavor, now, hds...)
+		headers.Write(h, s.hdr.flavor, now, hds...)
 	}
-	if s.compat {
+	if s.envoy.compat {
 		h.Del(headers.RetryAfterField) // envoy's answers carry none
 	}
-	for field, name := range s.headerNames {
+	for field, name := range s.hdr.names {
 		if v, ok := h[field]; ok {
 			delete(h, field)
 			h[http.CanonicalHeaderKey(name)] = v
@@ -129,9 +137,9 @@ func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLim
 	if n > cap(p.hdrs) {
 		p.hdrs, p.hdrPtrs = make([]core.HeaderValue, 0, n), make([]*core.HeaderValue, 0, n)
 	}
-	for i := 0; i < len(s.wire) && len(p.hdrs) < n; i++ { // the draft's fields come first: two lookups
-		if v := h[s.wire[i].key]; len(v) > 0 {
-			p.hdrs = append(p.hdrs, core.HeaderValue{Key: s.wire[i].wire, Value: v[0]})
+	for i := 0; i < len(s.hdr.wire) && len(p.hdrs) < n; i++ { // the draft's fields come first: two lookups
+		if v := h[s.hdr.wire[i].key]; len(v) > 0 {
+			p.hdrs = append(p.hdrs, core.HeaderValue{Key: s.hdr.wire[i].wire, Value: v[0]})
 			p.hdrPtrs = append(p.hdrPtrs, &p.hdrs[len(p.hdrs)-1])
 		}
 	}

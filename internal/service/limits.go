@@ -40,6 +40,12 @@ const (
 	DefaultMaxRequestBytes = 64 << 10
 )
 
+// bounds are the bounds on one request in force: the defaults above, or
+// what the options set.
+type bounds struct {
+	descriptors, entries, hits, bytes int
+}
+
 // WithMaxDescriptors sets how many descriptors one request may carry
 // (default DefaultMaxDescriptors); a request with more is invalid. For the
 // auth endpoint and the proxy it bounds the descriptor specs too. n ≤ 0
@@ -47,7 +53,7 @@ const (
 func WithMaxDescriptors(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxDescriptors = n
+			s.max.descriptors = n
 		}
 	}
 }
@@ -58,7 +64,7 @@ func WithMaxDescriptors(n int) Option {
 func WithMaxEntries(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxEntries = n
+			s.max.entries = n
 		}
 	}
 }
@@ -73,7 +79,7 @@ func WithMaxEntries(n int) Option {
 func WithMaxHits(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxHits = n
+			s.max.hits = n
 		}
 	}
 }
@@ -85,7 +91,7 @@ func WithMaxHits(n int) Option {
 func WithMaxRequestBytes(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxBytes = n
+			s.max.bytes = n
 		}
 	}
 }
@@ -95,7 +101,7 @@ func WithMaxRequestBytes(n int) Option {
 // receives (WithMaxRequestBytes). Without them grpc-go accepts 4 MB
 // messages, hundreds of thousands of descriptors.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.max.bytes)}
 }
 
 // invalidReason is why a request was refused as invalid: the reason label
@@ -127,21 +133,21 @@ func (s *Server) check(via api, req *pb.RateLimitRequest) error {
 	if len(descs) == 0 {
 		return s.invalid(via, invalidRequest, "rate limit descriptor list must not be empty")
 	}
-	if len(descs) > s.maxDescriptors {
-		return s.invalid(via, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.maxDescriptors))
+	if len(descs) > s.max.descriptors {
+		return s.invalid(via, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.max.descriptors))
 	}
-	if h := req.GetHitsAddend(); uint64(h) > uint64(s.maxHits) {
-		return s.invalid(via, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.maxHits))
+	if h := req.GetHitsAddend(); uint64(h) > uint64(s.max.hits) {
+		return s.invalid(via, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.max.hits))
 	}
 	for i, d := range descs {
-		if n := len(d.GetEntries()); n > s.maxEntries {
-			return s.invalid(via, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
+		if n := len(d.GetEntries()); n > s.max.entries {
+			return s.invalid(via, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.max.entries))
 		}
 		// A stream-done charge spends at most its rule's capacity (see
 		// charge), whatever its hits: its cost to the store is bounded
 		// without refusing a response that reports many tokens.
-		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) && !streamDone(d.GetEntries()) {
-			return s.invalid(via, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.max.hits) && !streamDone(d.GetEntries()) {
+			return s.invalid(via, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.max.hits))
 		}
 	}
 	return nil

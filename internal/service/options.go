@@ -62,7 +62,7 @@ func WithPing(ping func(context.Context) error) Option { return func(s *Server) 
 // responses): by default headers.Draft, the IETF RateLimit-Policy and
 // RateLimit fields; 0 adds none. Retry-After comes with every flavour when
 // the request is over the limit.
-func WithHeaders(f headers.Flavor) Option { return func(s *Server) { s.flavor = f } }
+func WithHeaders(f headers.Flavor) Option { return func(s *Server) { s.hdr.flavor = f } }
 
 // WithLoadOptions sets how Reload loads rules (config.WithMergeDomains,
 // config.WithRuntimeTree, config.WithLimits, …): pass the options the

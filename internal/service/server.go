@@ -30,50 +30,55 @@ import (
 type Server struct {
 	pb.UnimplementedRateLimitServiceServer
 
+	// What decides: the store, through the engine, under the rules in
+	// force.
 	store    tollgate.Store
-	timeout  time.Duration
-	failMode enforce.FailureMode
-	dryRun   bool
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	m        *metrics
-	ping     func(context.Context) error
-	now      func() time.Time
+	conc     tollgate.ConcurrencyStore // the slots of concurrency rules (WithConcurrencyStore)
+	engine   *engine.Engine            // spends each descriptor's limit: the step every door shares
+	snap     atomic.Pointer[snapshot]  // the rules in force, swapped whole (rules.go)
+	reloadMu sync.Mutex                // one load at a time
+	loadOpts []config.Option           // how Reload loads rules
+
+	// How it decides and answers: set by the options, read-only once New
+	// returns.
+	failMode enforce.FailureMode // of rules without their own
+	dryRun   bool                // the global dry run: every overall answer is OK
+	parallel bool                // a request's store calls at once
+	max      bounds              // on one request (limits.go)
+	envoy    envoyWays           // envoyproxy/ratelimit's (envoy.go)
+	hdr      headerStyle         // the rate-limit header fields (headers.go)
+	timeout  time.Duration       // the engine's deadline
+	logEvery time.Duration       // the engine's failure-log interval
+
+	// What it reports.
+	log   *slog.Logger
+	now   func() time.Time
+	reg   *prometheus.Registry
+	m     *metrics
+	stats *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go)
+
+	// Whether it should get traffic (health.go).
 	health   *health.Server
-	flavor   headers.Flavor
-	// envoy's deployment surface (see envoy.go)
-	envoy          *envoyStats
-	nearLimitRatio float64
-	compat         bool
-	quotaMode      bool
-	metadata       bool
-	headerNames    map[string]string           // header field → name it is sent as
-	loadOpts       []config.Option             // how Reload loads rules
-	parallel       bool                        // a request's store calls at once
-	wire           [len(headerOrder)]wireField // response_headers_to_add: fields and names
-
-	// bounds on one request (see limits.go)
-	maxDescriptors, maxEntries, maxHits, maxBytes int
-
-	snap     atomic.Pointer[snapshot]
-	reloadMu sync.Mutex // one load at a time
+	ping     func(context.Context) error
 	storeUp  atomic.Bool
 	draining atomic.Bool
-	logEvery time.Duration
-	// engine spends each descriptor's limit: the step every door shares.
-	engine *engine.Engine
-	// conc holds the slots of concurrency rules (WithConcurrencyStore).
-	conc tollgate.ConcurrencyStore
 }
 
 // New returns a Server deciding against store. It has no rules until
 // SetRules or Reload; until then every descriptor is answered OK and
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
-	s := &Server{store: store, timeout: enforce.DefaultTimeout, failMode: enforce.FailOpen, now: time.Now, health: health.NewServer(), flavor: headers.Draft,
-		nearLimitRatio: DefaultNearLimitRatio,
-		maxDescriptors: DefaultMaxDescriptors, maxEntries: DefaultMaxEntries, maxHits: DefaultMaxHits, maxBytes: DefaultMaxRequestBytes}
-	s.logEvery = enforce.DefaultLogInterval
+	s := &Server{
+		store:    store,
+		failMode: enforce.FailOpen,
+		max:      bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
+		envoy:    envoyWays{nearLimitRatio: DefaultNearLimitRatio},
+		hdr:      headerStyle{flavor: headers.Draft},
+		timeout:  enforce.DefaultTimeout,
+		logEvery: enforce.DefaultLogInterval,
+		now:      time.Now,
+		health:   health.NewServer(),
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -90,14 +95,14 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	if err := s.checkEnvoyOptions(); err != nil {
 		return nil, err
 	}
-	s.wire = s.wireFields()
+	s.hdr.wire = s.wireFields()
 	m, err := newMetrics(s.reg)
 	if err != nil {
 		return nil, err
 	}
 	s.m = m
-	s.envoy = newEnvoyStats()
-	for _, c := range s.envoy.collectors() {
+	s.stats = newEnvoyStats()
+	for _, c := range s.stats.collectors() {
 		if err := s.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
@@ -209,17 +214,17 @@ func (s *Server) sumUp(ctx context.Context, via api, req *pb.RateLimitRequest, i
 		}
 		s.count(it, d.GetEntries(), a.o)
 		s.countHits(s.statsFor(it, d.GetEntries()), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
-		t.add(it.rule, &p.statuses[i], s.quotaMode)
+		t.add(it.rule, &p.statuses[i], s.envoy.quotaMode)
 		// Header fields describe a rate: not a concurrency rule's slots,
 		// nor a charge, whose answer Envoy ignores.
-		if s.flavor != 0 && it.rule.Concurrency == nil && (a.o == engine.Allowed || a.o == engine.Denied || a.o == engine.DryRunDenied) {
+		if s.hdr.flavor != 0 && it.rule.Concurrency == nil && (a.o == engine.Allowed || a.o == engine.Denied || a.o == engine.DryRunDenied) {
 			t.hds = append(t.hds, headerDecision(it.rule, a.o, a.res))
 		}
 	}
 	resp := p.resp
 	resp.OverallCode = s.overall(via, &t)
 	traceDecision(ctx, req, resp.OverallCode)
-	if s.metadata {
+	if s.envoy.metadata {
 		resp.DynamicMetadata = requestMetadata(req)
 	}
 	if inResponse {

@@ -44,7 +44,7 @@ func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLim
 	if step.Err == nil { // not a cost above what the rule can ever admit
 		st.LimitRemaining = remaining(res)
 		st.DurationUntilReset = roundUp(res.RetryAfter, reset)
-		if s.compat {
+		if s.envoy.compat {
 			s.spendDenied(q, p, key, r, res)
 			st.LimitRemaining = 0
 		}
