@@ -313,7 +313,7 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		resp, h, err := s.decide(r.Context(), apiNginx, req)
+		resp, h, err := s.decide(r.Context(), apiNginx, req, false)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -378,7 +378,7 @@ func (s *Server) Proxy(upstream *url.URL, rules HTTPRules) (http.Handler, error)
 		}
 		req := hr.request(hr.domain, hr.specs, r, path, r.Method)
 		if len(req.Descriptors) > 0 {
-			resp, h, err := s.decide(r.Context(), apiProxy, req)
+			resp, h, err := s.decide(r.Context(), apiProxy, req, false)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return

@@ -125,7 +125,7 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n int, res tollgate.Result) {
 	hits := uint64(max(n, 0))
 	rs[statTotalHits].Add(float64(hits))
-	if o != engine.Allowed && o != engine.Denied && o != engine.DryRunDenied {
+	if !rated(o) {
 		return // failure modes: the store did not say where the counter stands
 	}
 	limit := uint64(max(r.Limit.Capacity(), 0))

@@ -54,7 +54,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, h, err := s.decide(r.Context(), apiJSON, &req)
+	resp, h, err := s.decide(r.Context(), apiJSON, &req, false)
 	if err != nil {
 		http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
 		return

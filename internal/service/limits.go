@@ -1,9 +1,6 @@
 package service
 
 import (
-	"fmt"
-
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -123,64 +120,6 @@ const (
 var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth", "phase"}
 
 func (r invalidReason) String() string { return invalidNames[r] }
-
-// check refuses a request past the bounds before any rule is looked up.
-func (s *Server) check(via api, req *pb.RateLimitRequest) error {
-	if req.GetDomain() == "" {
-		return s.invalid(via, invalidRequest, "rate limit domain must not be empty")
-	}
-	descs := req.GetDescriptors()
-	if len(descs) == 0 {
-		return s.invalid(via, invalidRequest, "rate limit descriptor list must not be empty")
-	}
-	if len(descs) > s.max.descriptors {
-		return s.invalid(via, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.max.descriptors))
-	}
-	if h := req.GetHitsAddend(); uint64(h) > uint64(s.max.hits) {
-		return s.invalid(via, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.max.hits))
-	}
-	for i, d := range descs {
-		if n := len(d.GetEntries()); n > s.max.entries {
-			return s.invalid(via, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.max.entries))
-		}
-		// A stream-done charge spends at most its rule's capacity (see
-		// charge), whatever its hits: its cost to the store is bounded
-		// without refusing a response that reports many tokens.
-		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.max.hits) && !streamDone(d.GetEntries()) {
-			return s.invalid(via, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.max.hits))
-		}
-	}
-	return nil
-}
-
-// checkItems refuses a request one of whose descriptors carries a limit of
-// its own that is not a valid limit (an unknown unit, a period longer than
-// a store counts; 0 requests per unit denies, as a rule's does). That is
-// the caller's mistake, not a decision. A cost above what a rule can ever
-// admit is not refused here: it is over the limit (see spend), as
-// envoyproxy/ratelimit answers it, so that a gateway failing open on
-// errors does not let it through.
-func (s *Server) checkItems(via api, req *pb.RateLimitRequest, items []item) error {
-	for i := range items {
-		it := &items[i]
-		r := it.rule
-		if r == nil || it.dropped {
-			continue
-		}
-		if r.Concurrency != nil && it.phase == phaseStreamDone && it.permit == "" {
-			return s.invalid(via, invalidPhase, fmt.Sprintf("descriptor %d: a stream-done call of a concurrency rule must name the request's permit (%s)", i, PermitKey))
-		}
-		if it.state == nil { // a descriptor's own limit
-			if r.Unlimited {
-				return s.invalid(via, invalidOverride, fmt.Sprintf("descriptor %d: its limit has no unit", i))
-			}
-			if err := r.Limit.Validate(); err != nil && !r.DenyAll() {
-				return s.invalid(via, invalidOverride, fmt.Sprintf("descriptor %d: its limit: %v", i, err))
-			}
-		}
-	}
-	return nil
-}
 
 // invalid counts and returns the error of an invalid request:
 // InvalidArgument, as envoyproxy/ratelimit refuses a request without a

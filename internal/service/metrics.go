@@ -61,9 +61,9 @@ func (c code) String() string { return codeNames[c] }
 type metrics struct {
 	decisions     *prometheus.CounterVec
 	requests      [numAPIs][numCodes]prometheus.Counter
-	noRule        [2]prometheus.Counter // unknown domain, no match
+	noRule        [2]prometheus.Counter // by noRuleDomain, noRuleMatch
 	storeDuration prometheus.Histogram
-	storeErrors   [2]prometheus.Counter // timeout, error
+	storeErrors   [2]prometheus.Counter // by storeTimeout, storeError
 	storeSkipped  prometheus.Counter
 	invalid       [numInvalid]prometheus.Counter
 	reloads       [3]prometheus.Counter // success, failure, unchanged
@@ -74,6 +74,21 @@ type metrics struct {
 	globalDryRun  prometheus.Counter
 }
 
+// Why a descriptor has no rule: the reason label of
+// tollgate_serve_no_rule_total.
+const (
+	noRuleDomain = iota // unknown_domain
+	noRuleMatch         // no_match
+)
+
+// How a store call failed: the reason label of
+// tollgate_serve_store_errors_total.
+const (
+	storeTimeout = iota
+	storeError
+)
+
+// The result label of tollgate_serve_config_reloads_total.
 const (
 	reloadSuccess = iota
 	reloadFailure
@@ -129,14 +144,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "tollgate_serve_no_rule_total",
 		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain or no_match.",
 	}, []string{"reason"})
-	m.noRule[0] = noRule.WithLabelValues("unknown_domain")
-	m.noRule[1] = noRule.WithLabelValues("no_match")
+	m.noRule[noRuleDomain] = noRule.WithLabelValues("unknown_domain")
+	m.noRule[noRuleMatch] = noRule.WithLabelValues("no_match")
 	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_store_errors_total",
 		Help: "Store calls that failed: reason timeout (the deadline passed) or error. A request counts at most one timeout: after it, the request's other descriptors are not sent (tollgate_serve_store_skipped_total).",
 	}, []string{"reason"})
-	m.storeErrors[0] = storeErrors.WithLabelValues("timeout")
-	m.storeErrors[1] = storeErrors.WithLabelValues("error")
+	m.storeErrors[storeTimeout] = storeErrors.WithLabelValues("timeout")
+	m.storeErrors[storeError] = storeErrors.WithLabelValues("error")
 	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_invalid_total",
 		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, override, too_large, auth, phase.",

@@ -1,11 +1,9 @@
 package service
 
 import (
-	"fmt"
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // Envoy's rate limit filter calls the service twice for a request whose
@@ -59,55 +57,6 @@ type mark struct {
 // reservedPrefix starts both reserved keys: a descriptor whose keys do not
 // start with it is passed on as it came, without a copy.
 const reservedPrefix = "tollgate."
-
-// stripMarks returns req with the PhaseKey and PermitKey entries taken out
-// of its descriptors, and what they said, one mark per descriptor. A
-// request without them (nearly every one) is returned as it is, with nil
-// marks and no allocation. A phase it does not know is an invalid request.
-func (s *Server) stripMarks(via api, req *pb.RateLimitRequest) (*pb.RateLimitRequest, []mark, error) {
-	descs := req.GetDescriptors()
-	first := -1
-	for i, d := range descs {
-		if hasReserved(d.GetEntries()) {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return req, nil, nil
-	}
-	out := &pb.RateLimitRequest{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend(),
-		Descriptors: make([]*rlv3.RateLimitDescriptor, len(descs))}
-	copy(out.Descriptors, descs[:first])
-	marks := make([]mark, len(descs))
-	for i := first; i < len(descs); i++ {
-		d := descs[i]
-		if !hasReserved(d.GetEntries()) {
-			out.Descriptors[i] = d
-			continue
-		}
-		kept := make([]*rlv3.RateLimitDescriptor_Entry, 0, len(d.GetEntries()))
-		for _, e := range d.GetEntries() {
-			switch e.GetKey() {
-			case PhaseKey:
-				switch e.GetValue() {
-				case PhaseRequest:
-					marks[i].phase = phaseRequest
-				case PhaseStreamDone:
-					marks[i].phase = phaseStreamDone
-				default:
-					return nil, nil, s.invalid(via, invalidPhase, fmt.Sprintf("descriptor %d: %s %q: want %s or %s", i, PhaseKey, e.GetValue(), PhaseRequest, PhaseStreamDone))
-				}
-			case PermitKey:
-				marks[i].permit = e.GetValue()
-			default:
-				kept = append(kept, e)
-			}
-		}
-		out.Descriptors[i] = &rlv3.RateLimitDescriptor{Entries: kept, Limit: d.GetLimit(), HitsAddend: d.GetHitsAddend(), IsNegativeHits: d.GetIsNegativeHits()}
-	}
-	return out, marks, nil
-}
 
 // streamDone reports whether entries mark a stream-done call.
 func streamDone(entries []*rlv3.RateLimitDescriptor_Entry) bool {

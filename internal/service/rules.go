@@ -99,5 +99,5 @@ func (s *Server) point(r *config.Rule) engine.Point {
 		mode = s.failMode
 	}
 	return engine.Point{Rule: r.ID, Mode: mode, DryRun: r.DryRun,
-		Latency: s.m.storeDuration, Errors: s.m.storeErrors[1], Timeouts: s.m.storeErrors[0], Skipped: s.m.storeSkipped}
+		Latency: s.m.storeDuration, Errors: s.m.storeErrors[storeError], Timeouts: s.m.storeErrors[storeTimeout], Skipped: s.m.storeSkipped}
 }

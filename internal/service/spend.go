@@ -52,6 +52,13 @@ func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLim
 	return engine.Denied, res
 }
 
+// rated reports whether o is a rate's decision, for which the store said
+// where the counter stands: allowed or over the limit, dry run or not. A
+// failure mode's answer, a charge or a slot given back is not.
+func rated(o engine.Outcome) bool {
+	return o == engine.Allowed || o == engine.Denied || o == engine.DryRunDenied
+}
+
 func remaining(res tollgate.Result) uint32 {
 	return uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 }
