@@ -131,6 +131,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests over the limit answered OK because of the global dry run (--shadow-mode).",
 		}),
 	}
+	cs := append([]prometheus.Collector{m.decisions, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
+		m.children()...)
+	if reg != nil {
+		for _, c := range cs {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// children makes the counter families whose label values are all known
+// beforehand and looks up each of their children once, so that the
+// request path does not hash label values. It returns the families, to
+// be registered.
+func (m *metrics) children() []prometheus.Collector {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_requests_total",
 		Help: "Requests answered, by API (grpc, json, nginx, proxy) and overall code (ok, over_limit, invalid).",
@@ -166,13 +183,5 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.reloads[reloadSuccess] = reloads.WithLabelValues("success")
 	m.reloads[reloadFailure] = reloads.WithLabelValues("failure")
 	m.reloads[reloadUnchanged] = reloads.WithLabelValues("unchanged")
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, requests, noRule, m.storeDuration, storeErrors, m.storeSkipped, invalid, reloads,
-			m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("server: register metrics: %w", err)
-			}
-		}
-	}
-	return m, nil
+	return []prometheus.Collector{requests, noRule, storeErrors, invalid, reloads}
 }
