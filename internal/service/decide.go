@@ -443,5 +443,5 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 		s.addHeaders(p, hds, p.resp.OverallCode)
 		return nil
 	}
-	return s.header(hds, p.resp.OverallCode)
+	return s.httpHeader(hds, p.resp.OverallCode)
 }

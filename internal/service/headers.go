@@ -69,9 +69,9 @@ func headerDecision(r *config.Rule, o engine.Outcome, res tollgate.Result) heade
 	return headers.Decision{Policy: policy, Result: res, DryRun: r.DryRun}
 }
 
-// header writes the header fields of hds in the server's flavor, or
-// returns nil when there are none.
-func (s *Server) header(hds []headers.Decision, overall pb.RateLimitResponse_Code) http.Header {
+// httpHeader returns the header fields of hds, in the server's flavor, as
+// an HTTP header, or nil when there are none.
+func (s *Server) httpHeader(hds []headers.Decision, overall pb.RateLimitResponse_Code) http.Header {
 	if len(hds) == 0 {
 		return nil
 	}

@@ -17,6 +17,8 @@ type snapshot struct {
 	per   []ruleState // by Rule.Index
 }
 
+// ruleState is what the server keeps of one rule while it is in force,
+// worked out once in SetRules rather than on every request.
 type ruleState struct {
 	rule  *config.Rule
 	point engine.Point                    // the rule as the engine sees it
@@ -27,6 +29,7 @@ type ruleState struct {
 	counters [numOutcomes]atomic.Pointer[prometheus.Counter]
 }
 
+// counter is the rule's tollgate_serve_decisions_total child of outcome o.
 func (st *ruleState) counter(m *metrics, o engine.Outcome) prometheus.Counter {
 	if c := st.counters[o].Load(); c != nil {
 		return *c

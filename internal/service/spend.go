@@ -14,26 +14,23 @@ import (
 	"github.com/tollgate/tollgate/internal/service/config"
 )
 
+// What a rate rule does with a descriptor's hits: spend them through the
+// engine (spend), charge them after the fact on a stream-done call
+// (charge), or, for a rule of 0 requests per unit, deny them without a
+// store call (denyAll); and the arithmetic of their answers.
+
 // spend spends hits of the rule of it through the engine and fills st
 // (and reset, its duration_until_reset) from its result.
 func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) (engine.Outcome, tollgate.Result) {
 	r := it.rule
-	var p *engine.Point
-	if it.state != nil {
-		p = &it.state.point
-	} else {
-		p = s.overridePoint(r)
-	}
+	p := s.pointOf(it)
 	key := counterKey(domain, entries, r)
 	step := q.Spend(p, "", key, r.Limit, cost(hits, r.Cost))
 	res := step.Result
 	switch step.Outcome {
-	case engine.FailedOpen:
-		traceStoreFailure(q.Context(), engine.FailedOpen, step.Err)
-		return engine.FailedOpen, res
-	case engine.FailedClosed:
-		traceStoreFailure(q.Context(), engine.FailedClosed, step.Err)
-		return engine.FailedClosed, res
+	case engine.FailedOpen, engine.FailedClosed:
+		traceStoreFailure(q.Context(), step.Outcome, step.Err)
+		return step.Outcome, res
 	case engine.Allowed:
 		st.LimitRemaining = remaining(res)
 		if res.ResetAfter > 0 {
@@ -59,6 +56,7 @@ func rated(o engine.Outcome) bool {
 	return o == engine.Allowed || o == engine.Denied || o == engine.DryRunDenied
 }
 
+// remaining is what res says remains, as limit_remaining holds it.
 func remaining(res tollgate.Result) uint32 {
 	return uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 }
