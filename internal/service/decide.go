@@ -276,7 +276,7 @@ func (s *Server) answerInTurn(ctx context.Context, req *pb.RateLimitRequest, ite
 	q := s.engine.BeginIn(ctx, p.room)
 	defer q.End()
 	for i, d := range req.GetDescriptors() {
-		answers[i] = s.answer(&q, req, d, &items[i], &p.statuses[i], &p.resets[i])
+		s.answer(&q, req, d, &items[i], &p.statuses[i], &p.resets[i], &answers[i])
 	}
 }
 
@@ -296,7 +296,7 @@ func (s *Server) answerTogether(ctx context.Context, req *pb.RateLimitRequest, i
 	q.Context() // armed before the goroutines share it
 	descs := req.GetDescriptors()
 	one := func(i int) {
-		got[i] = s.answer(&q, req, descs[i], &shared[i], &statuses[i], &resets[i])
+		s.answer(&q, req, descs[i], &shared[i], &statuses[i], &resets[i], &got[i])
 	}
 	var wg sync.WaitGroup
 	for i := 1; i < len(descs); i++ {
@@ -307,24 +307,27 @@ func (s *Server) answerTogether(ctx context.Context, req *pb.RateLimitRequest, i
 	copy(answers, got)
 }
 
-// answer decides descriptor d of req by the rule it matched (it), and
-// fills its status st, with reset for its duration_until_reset. A
-// descriptor that no limit decides — no rule, a replaced rule, an
-// unlimited rule — is answered OK without a store call. The others are
-// decided by their rule's kind: a concurrency rule takes or gives back a
-// slot, a rule of 0 requests per unit denies, a stream-done call charges
-// its hits, any other call spends them. A dry-run rule's denial is
-// answered OK.
-func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration) answered {
+// answer decides descriptor d of req by the rule it matched (it): it fills
+// its status st, with reset for its duration_until_reset, and a, zero
+// until then. A descriptor that no limit decides — no rule, a replaced
+// rule, an unlimited rule — is answered OK without a store call. The
+// others are decided by their rule's kind: a concurrency rule takes or
+// gives back a slot, a rule of 0 requests per unit denies, a stream-done
+// call charges its hits, any other call spends them. A dry-run rule's
+// denial is answered OK. The answer is written in place rather than
+// returned: answer is on the way to the store, and a returned copy would
+// take room in two frames there.
+func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor, it *item, st *pb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration, a *answered) {
 	r := it.rule
 	switch {
 	case r == nil || it.dropped:
 		st.Code = pb.RateLimitResponse_OK
-		return answered{}
+		return
 	case r.Unlimited:
 		st.Code = pb.RateLimitResponse_OK
 		st.LimitRemaining = math.MaxUint32
-		return answered{o: engine.Unlimited}
+		a.o = engine.Unlimited
+		return
 	}
 	if it.state != nil {
 		st.CurrentLimit = it.state.limit
@@ -332,7 +335,7 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
 	}
 	hits := hitsOf(req, d)
-	a := answered{decided: true}
+	a.decided = true
 	switch {
 	case r.Concurrency != nil:
 		a.o, a.res = s.concurrent(q, req.Domain, d.GetEntries(), it, hits, st, reset)
@@ -350,7 +353,6 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 	if a.o.Blocks() {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 	}
-	return a
 }
 
 // count counts the answers of req's descriptors: each in
