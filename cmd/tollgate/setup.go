@@ -114,7 +114,7 @@ func (f *serveFlags) serverOptions() ([]service.Option, error) {
 	if err := f.rulesFiles.check(); err != nil {
 		return nil, err
 	}
-	return append(append(bounds, envoy...), service.WithFailureMode(mode), service.WithShadowMode(f.shadow),
+	return append(append(bounds, envoy...), service.WithFailureMode(mode), service.WithDryRun(f.shadow),
 		service.WithLogInterval(f.logInterval), service.WithHeaders(flavor), service.WithLoadOptions(f.rulesFiles.options()...)), nil
 }
 

@@ -1,192 +1,14 @@
 package service
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	"github.com/tollgate/tollgate/clientip"
-	"github.com/tollgate/tollgate/headers"
 )
-
-// descriptorSpec is a parsed descriptor spec (see ParseDescriptorSpec).
-type descriptorSpec []entrySpec
-
-type entrySpec struct {
-	key    string
-	source int
-	header string // for sourceHeader, canonical
-}
-
-const (
-	sourceRemoteAddress = iota
-	sourcePath
-	sourceMethod
-	sourceHeader
-)
-
-// ParseDescriptorSpec checks a descriptor spec, which says how to build one
-// descriptor from an HTTP request:
-// a comma-separated list of entries, each "source" or "key=source", where
-// source is one of
-//
-//	remote_address    the client's address (through trusted proxies only)
-//	path              the request's path, without the query
-//	method            the request's method
-//	header:NAME       the value of request header NAME
-//
-// and key defaults to the source's name ("header_" and the lower-cased
-// header name for a header). "remote_address" is the descriptor
-// [(remote_address, 203.0.113.7)]; "method,path" is [(method, GET), (path,
-// /api/x)]; "api_key=header:X-API-Key" is [(api_key, <the key>)]. A
-// descriptor whose header is absent from a request is left out of it, as
-// Envoy leaves out a descriptor whose header is missing.
-func ParseDescriptorSpec(spec string) error {
-	_, err := parseSpec(spec)
-	return err
-}
-
-func parseSpec(spec string) (descriptorSpec, error) {
-	var d descriptorSpec
-	for _, part := range strings.Split(spec, ",") {
-		part = strings.TrimSpace(part)
-		key, src, named := strings.Cut(part, "=")
-		if !named {
-			src = key
-		}
-		var e entrySpec
-		switch {
-		case src == "remote_address":
-			e.source = sourceRemoteAddress
-		case src == "path":
-			e.source = sourcePath
-		case src == "method":
-			e.source = sourceMethod
-		case strings.HasPrefix(src, "header:") && len(src) > len("header:"):
-			e.source = sourceHeader
-			e.header = http.CanonicalHeaderKey(src[len("header:"):])
-			if !named {
-				key = "header_" + strings.ToLower(src[len("header:"):])
-			}
-		default:
-			return nil, fmt.Errorf("server: descriptor %q: unknown source %q (want remote_address, path, method or header:NAME)", spec, src)
-		}
-		if key == "" {
-			return nil, fmt.Errorf("server: descriptor %q: an entry has an empty key", spec)
-		}
-		e.key = key
-		d = append(d, e)
-	}
-	return d, nil
-}
-
-// HTTPRules say how HTTP requests become rate-limit requests, for the auth
-// endpoint (Server.AuthHandler) and the reverse proxy (Server.Proxy).
-type HTTPRules struct {
-	// Domain is the domain of the requests (the auth endpoint's "domain"
-	// query parameter overrides it).
-	Domain string
-	// Descriptors are descriptor specs (see ParseDescriptorSpec); the auth
-	// endpoint's "descriptor" query parameters override them. Default:
-	// "remote_address".
-	Descriptors []string
-	// ClientIP finds the client's address; nil takes the peer's address and
-	// trusts no forwarding header.
-	ClientIP *clientip.Resolver
-	// URIHeader and MethodHeader name the headers in which the proxy in
-	// front of the auth endpoint passes the original request's target and
-	// method: by default nginx's X-Original-URI and X-Original-Method (as
-	// examples/nginx sets them); X-Forwarded-Uri and X-Forwarded-Method
-	// behind Traefik or Caddy forward-auth. Only these are read, never a
-	// fallback: a proxy passes the client's own headers through, and a
-	// client must not pick the path it is counted by. The proxy must set
-	// them on every request, replacing any the client sent.
-	URIHeader, MethodHeader string
-}
-
-// DefaultURIHeader and DefaultMethodHeader are the headers the auth
-// endpoint reads the original request from unless HTTPRules says
-// otherwise: nginx's, as examples/nginx sets them.
-const (
-	DefaultURIHeader    = "X-Original-URI"
-	DefaultMethodHeader = "X-Original-Method"
-)
-
-type httpRules struct {
-	domain     string
-	specs      []descriptorSpec
-	ip         *clientip.Resolver
-	uriHeader  string
-	methHeader string
-}
-
-func (h HTTPRules) compile() (*httpRules, error) {
-	r := &httpRules{domain: h.Domain, ip: h.ClientIP, uriHeader: h.URIHeader, methHeader: h.MethodHeader}
-	if r.ip == nil {
-		r.ip = &clientip.Resolver{}
-	}
-	if r.uriHeader == "" {
-		r.uriHeader = DefaultURIHeader
-	}
-	if r.methHeader == "" {
-		r.methHeader = DefaultMethodHeader
-	}
-	r.uriHeader, r.methHeader = http.CanonicalHeaderKey(r.uriHeader), http.CanonicalHeaderKey(r.methHeader)
-	descs := h.Descriptors
-	if len(descs) == 0 {
-		descs = []string{"remote_address"}
-	}
-	for _, d := range descs {
-		spec, err := parseSpec(d)
-		if err != nil {
-			return nil, err
-		}
-		r.specs = append(r.specs, spec)
-	}
-	return r, nil
-}
-
-// request builds the rate-limit request for r. path and method are the
-// original request's (for the auth endpoint, from headers the proxy set).
-func (h *httpRules) request(domain string, specs []descriptorSpec, r *http.Request, path, method string) *pb.RateLimitRequest {
-	req := &pb.RateLimitRequest{Domain: domain, Descriptors: make([]*rlv3.RateLimitDescriptor, 0, len(specs))}
-	var client string
-next:
-	for _, spec := range specs {
-		d := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(spec))}
-		for i, e := range spec {
-			var v string
-			switch e.source {
-			case sourceRemoteAddress:
-				if client == "" {
-					client = h.ip.Key(r)
-				}
-				v = client
-			case sourcePath:
-				v = path
-			case sourceMethod:
-				v = method
-			case sourceHeader:
-				v = r.Header.Get(e.header)
-			}
-			if v == "" {
-				continue next
-			}
-			d.Entries[i] = &rlv3.RateLimitDescriptor_Entry{Key: e.key, Value: v}
-		}
-		req.Descriptors = append(req.Descriptors, d)
-	}
-	return req
-}
 
 // specCache keeps the parsed descriptor specs of the auth endpoint's query
 // strings: a proxy's configuration sends the same few again and again.
@@ -279,7 +101,7 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 		}
 		specs := hr.specs
 		if raw := q["descriptor"]; len(raw) > 0 {
-			if specs, err = cache.get(raw, s.maxDescriptors, s.maxEntries); err != nil {
+			if specs, err = cache.get(raw, s.max.descriptors, s.max.entries); err != nil {
 				s.authInvalid(w, err.Error())
 				return
 			}
@@ -313,7 +135,7 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		resp, h, err := s.decide(r.Context(), apiNginx, req)
+		resp, h, err := s.decide(r.Context(), apiNginx, req, false)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -343,69 +165,4 @@ func (h *httpRules) original(r *http.Request) (uri, method, msg string) {
 func (s *Server) authInvalid(w http.ResponseWriter, msg string) {
 	s.countInvalid(apiNginx, invalidAuth)
 	http.Error(w, msg, http.StatusBadRequest)
-}
-
-// Proxy returns a reverse proxy to upstream that applies the rules to
-// every request first: over the limit, it answers 429 itself, with
-// Retry-After, the rate-limit header fields and an RFC 9457 problem body;
-// otherwise it forwards the request and adds the header fields to the
-// upstream's response. Paths and methods are the request's own, the path
-// normalized by NormalizePath (a path it refuses is answered 400).
-func (s *Server) Proxy(upstream *url.URL, rules HTTPRules) (http.Handler, error) {
-	hr, err := rules.compile()
-	if err != nil {
-		return nil, err
-	}
-	if hr.domain == "" {
-		return nil, fmt.Errorf("server: proxy: no domain")
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			pr.SetXForwarded()
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.log.Warn("proxy: upstream failed", "upstream", upstream.Redacted(), "error", err.Error())
-			w.WriteHeader(http.StatusBadGateway)
-		},
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		path, err := NormalizePath(r.URL.EscapedPath())
-		if err != nil {
-			s.countInvalid(apiProxy, invalidRequest)
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		req := hr.request(hr.domain, hr.specs, r, path, r.Method)
-		if len(req.Descriptors) > 0 {
-			resp, h, err := s.decide(r.Context(), apiProxy, req)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			for k, v := range h {
-				w.Header()[k] = v
-			}
-			if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
-				writeProblem(w, r, h)
-				return
-			}
-		} else {
-			s.m.requests[apiProxy][codeOK].Inc()
-		}
-		rp.ServeHTTP(w, r)
-	}), nil
-}
-
-// writeProblem answers 429 with an RFC 9457 problem body.
-func writeProblem(w http.ResponseWriter, r *http.Request, h http.Header) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	if _, ok := h[headers.RetryAfterField]; !ok {
-		w.Header().Set(headers.RetryAfterField, "1")
-	}
-	w.WriteHeader(http.StatusTooManyRequests)
-	retry := w.Header().Get(headers.RetryAfterField)
-	instance, _ := json.Marshal(r.URL.Path)
-	io.WriteString(w, `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded; retry after `+retry+` s","instance":`+string(instance)+`}`)
 }

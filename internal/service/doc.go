@@ -40,12 +40,12 @@
 // by default). When the store fails or misses it, the rule's failure mode
 // decides — open answers OK, closed answers OVER_LIMIT — and the answer is
 // counted (outcome "fail_open" or "fail_closed") and logged, at most once
-// a second with the number of events folded in. A service whose Redis is
-// gone therefore keeps answering within its deadline, and /readyz says it
-// is not ready. Once the deadline has passed, the request's remaining
-// descriptors are answered by failure mode without a store call, so that
-// one request counts at most one store timeout however many descriptors it
-// carries.
+// per log interval (WithLogInterval, 10 s by default) with the number of
+// events folded in. A service whose Redis is gone therefore keeps
+// answering within its deadline, and /readyz says it is not ready. Once
+// the deadline has passed, the request's remaining descriptors are
+// answered by failure mode without a store call, so that one request
+// counts at most one store timeout however many descriptors it carries.
 //
 // # Stream-done calls and concurrency rules
 //

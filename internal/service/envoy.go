@@ -21,6 +21,14 @@ import (
 // header names, its dynamic metadata, and a switch for where tollgate
 // decides differently on purpose.
 
+// envoyWays are the envoyproxy/ratelimit behaviours the options turn on.
+type envoyWays struct {
+	compat         bool    // answer exactly as envoy does (WithEnvoyCompat)
+	quotaMode      bool    // every rule a quota rule (WithQuotaMode)
+	metadata       bool    // dynamic metadata in gRPC answers (WithResponseMetadata)
+	nearLimitRatio float64 // where near_limit starts (WithNearLimitRatio)
+}
+
 // WithEnvoyCompat makes the server answer exactly as envoyproxy/ratelimit
 // does where tollgate differs on purpose:
 //
@@ -33,17 +41,19 @@ import (
 //     for its fixed windows the admissions are the same);
 //   - no Retry-After among the response headers (envoy sends the three
 //     RateLimit-Limit/-Remaining/-Reset fields only).
-func WithEnvoyCompat(on bool) Option { return func(s *Server) { s.compat = on } }
+func WithEnvoyCompat(on bool) Option { return func(s *Server) { s.envoy.compat = on } }
 
 // WithQuotaMode turns every rule into a quota rule (envoy's global
 // QUOTA_MODE): the request is over the limit only when every quota rule
 // it touches is.
-func WithQuotaMode(on bool) Option { return func(s *Server) { s.quotaMode = on } }
+func WithQuotaMode(on bool) Option { return func(s *Server) { s.envoy.quotaMode = on } }
 
 // WithNearLimitRatio sets the share of a limit past which hits count as
 // near_limit in ratelimit_service_rate_limit_near_limit (default
 // DefaultNearLimitRatio, envoy's NEAR_LIMIT_RATIO); 0 < ratio ≤ 1.
-func WithNearLimitRatio(ratio float64) Option { return func(s *Server) { s.nearLimitRatio = ratio } }
+func WithNearLimitRatio(ratio float64) Option {
+	return func(s *Server) { s.envoy.nearLimitRatio = ratio }
+}
 
 // WithResponseMetadata adds to every gRPC answer the dynamic metadata
 // envoyproxy/ratelimit adds with RESPONSE_DYNAMIC_METADATA: the request's
@@ -51,7 +61,7 @@ func WithNearLimitRatio(ratio float64) Option { return func(s *Server) { s.nearL
 // hits_addend) and its hits_addend, for Envoy's access logs and later
 // filters. It carries descriptor values, API keys among them: turn it on
 // only where those may be logged.
-func WithResponseMetadata(on bool) Option { return func(s *Server) { s.metadata = on } }
+func WithResponseMetadata(on bool) Option { return func(s *Server) { s.envoy.metadata = on } }
 
 // WithHeaderNames renames the fields of the headers.RateLimitFields
 // flavour (RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset), as
@@ -63,20 +73,20 @@ func WithHeaderNames(limit, remaining, reset string) Option {
 			if name == "" {
 				continue
 			}
-			if s.headerNames == nil {
-				s.headerNames = map[string]string{}
+			if s.hdr.names == nil {
+				s.hdr.names = map[string]string{}
 			}
-			s.headerNames[field] = name
+			s.hdr.names[field] = name
 		}
 	}
 }
 
 func (s *Server) checkEnvoyOptions() error {
-	if !(s.nearLimitRatio > 0 && s.nearLimitRatio <= 1) {
-		return fmt.Errorf("server: near-limit ratio %v: want 0 < ratio ≤ 1", s.nearLimitRatio)
+	if !(s.envoy.nearLimitRatio > 0 && s.envoy.nearLimitRatio <= 1) {
+		return fmt.Errorf("server: near-limit ratio %v: want 0 < ratio ≤ 1", s.envoy.nearLimitRatio)
 	}
 	seen := map[string]bool{}
-	for _, name := range s.headerNames {
+	for _, name := range s.hdr.names {
 		if !httpguts.ValidHeaderFieldName(name) {
 			return fmt.Errorf("server: header name %q is not a valid HTTP field name", name)
 		}
@@ -87,15 +97,6 @@ func (s *Server) checkEnvoyOptions() error {
 		}
 	}
 	return nil
-}
-
-// headerName returns the key of field in the server's header map and the
-// name it is sent as in response_headers_to_add.
-func (s *Server) headerName(field string) (key, wire string) {
-	if name, ok := s.headerNames[field]; ok {
-		return http.CanonicalHeaderKey(name), name
-	}
-	return field, wireName[field]
 }
 
 // spendDenied spends, in envoy compatibility, what was left of r's limit

@@ -26,8 +26,8 @@ func hitsReq(k, v string, hits uint64) *pb.RateLimitRequest {
 type statsWant struct{ total, over, near, within, shadow float64 }
 
 func statsOf(s *Server, key1 string) statsWant {
-	v := func(i int) float64 { return testutil.ToFloat64(s.envoy.vecs[i].WithLabelValues("d", key1, "")) }
-	return statsWant{v(statTotalHits), v(statOverLimit), v(statNearLimit), v(statWithinLimit), v(statShadowMode)}
+	v := func(i int) float64 { return testutil.ToFloat64(s.stats.vecs[i].WithLabelValues("d", key1, "")) }
+	return statsWant{v(statTotalHits), v(statOverLimit), v(statNearLimit), v(statWithinLimit), v(statDryRun)}
 }
 
 // TestEnvoyStats: the per-rule statistics count hits as envoyproxy/ratelimit

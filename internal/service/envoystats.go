@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service/config"
 )
 
@@ -31,7 +32,7 @@ const (
 	statOverLimit
 	statNearLimit
 	statWithinLimit
-	statShadowMode
+	statDryRun // envoy's shadow_mode
 	numEnvoyStats
 )
 
@@ -108,11 +109,11 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 		if rs := it.state.envoy.p.Load(); rs != nil {
 			return rs
 		}
-		rs := s.envoy.forName(r.Domain, r.ID)
+		rs := s.stats.forName(r.Domain, r.ID)
 		it.state.envoy.p.Store(rs)
 		return rs
 	}
-	return s.envoy.forName(r.Domain, config.MetricID(r, entries))
+	return s.stats.forName(r.Domain, config.MetricID(r, entries))
 }
 
 // countHits adds a decided descriptor's n hits to the statistics of its
@@ -121,27 +122,27 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 // not (the limit's capacity less what the result says remains); hits past
 // the limit are over_limit, hits between the near-limit threshold and the
 // limit near_limit.
-func (s *Server) countHits(rs *ruleStats, r *config.Rule, o outcome, n int, res tollgate.Result) {
+func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n int, res tollgate.Result) {
 	hits := uint64(max(n, 0))
 	rs[statTotalHits].Add(float64(hits))
-	if o != outcomeOK && o != outcomeOverLimit && o != outcomeShadow {
+	if !rated(o) {
 		return // failure modes: the store did not say where the counter stands
 	}
 	limit := uint64(max(r.Limit.Capacity(), 0))
 	if r.DenyAll() {
 		limit = 0
 	}
-	near := uint64(math.Floor(float64(float32(limit) * float32(s.nearLimitRatio))))
+	near := uint64(math.Floor(float64(float32(limit) * float32(s.envoy.nearLimitRatio))))
 	left := min(uint64(max(res.Remaining, 0)), limit)
 	var before, after uint64
-	if o == outcomeOK {
+	if o == engine.Allowed {
 		after = limit - left
 		before = after - min(hits, after)
 	} else {
 		before = limit - left
 		after = before + hits
 	}
-	if o == outcomeOK {
+	if o == engine.Allowed {
 		rs[statWithinLimit].Add(float64(hits))
 		if after > near {
 			rs[statNearLimit].Add(float64(after - max(near, before)))
@@ -154,7 +155,7 @@ func (s *Server) countHits(rs *ruleStats, r *config.Rule, o outcome, n int, res 
 		rs[statNearLimit].Add(float64(limit - max(near, before)))
 	}
 	rs[statOverLimit].Add(float64(over))
-	if o == outcomeShadow {
-		rs[statShadowMode].Add(float64(over))
+	if o == engine.DryRunDenied {
+		rs[statDryRun].Add(float64(over))
 	}
 }

@@ -36,7 +36,7 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 // limit; 400 for a body that is not a valid request and 413 for one over
 // the size bound (WithMaxRequestBytes), which is read no further.
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.maxBytes)))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.max.bytes)))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -54,7 +54,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, h, err := s.decide(r.Context(), apiJSON, &req)
+	resp, h, err := s.decide(r.Context(), apiJSON, &req, false)
 	if err != nil {
 		http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
 		return

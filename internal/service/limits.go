@@ -1,11 +1,9 @@
 package service
 
 import (
-	"fmt"
-	"math"
-
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Bounds on one request. A request is built by a gateway from a route's
@@ -39,6 +37,12 @@ const (
 	DefaultMaxRequestBytes = 64 << 10
 )
 
+// bounds are the bounds on one request in force: the defaults above, or
+// what the options set.
+type bounds struct {
+	descriptors, entries, hits, bytes int
+}
+
 // WithMaxDescriptors sets how many descriptors one request may carry
 // (default DefaultMaxDescriptors); a request with more is invalid. For the
 // auth endpoint and the proxy it bounds the descriptor specs too. n ≤ 0
@@ -46,7 +50,7 @@ const (
 func WithMaxDescriptors(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxDescriptors = n
+			s.max.descriptors = n
 		}
 	}
 }
@@ -57,7 +61,7 @@ func WithMaxDescriptors(n int) Option {
 func WithMaxEntries(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxEntries = n
+			s.max.entries = n
 		}
 	}
 }
@@ -72,7 +76,7 @@ func WithMaxEntries(n int) Option {
 func WithMaxHits(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxHits = n
+			s.max.hits = n
 		}
 	}
 }
@@ -84,7 +88,7 @@ func WithMaxHits(n int) Option {
 func WithMaxRequestBytes(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
-			s.maxBytes = n
+			s.max.bytes = n
 		}
 	}
 }
@@ -94,87 +98,41 @@ func WithMaxRequestBytes(n int) Option {
 // receives (WithMaxRequestBytes). Without them grpc-go accepts 4 MB
 // messages, hundreds of thousands of descriptors.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.max.bytes)}
 }
 
-// Reasons a request is invalid, for tollgate_serve_invalid_total.
+// invalidReason is why a request was refused as invalid: the reason label
+// of tollgate_serve_invalid_total.
+type invalidReason uint8
+
 const (
-	invalidRequest     = iota // no domain, no descriptors, a body that does not decode
-	invalidDescriptors        // more descriptors than the bound
-	invalidEntries            // a descriptor with more entries than the bound
-	invalidHits               // a hits_addend above the bound
-	invalidOverride           // a descriptor's own limit no store can count with
-	invalidTooLarge           // a body over the size bound
-	invalidAuth               // the auth endpoint: a missing header, a bad path or query
-	invalidPhase              // a tollgate.phase it does not know, a release that names no permit
+	invalidRequest     invalidReason = iota // no domain, no descriptors, a body that does not decode
+	invalidDescriptors                      // more descriptors than the bound
+	invalidEntries                          // a descriptor with more entries than the bound
+	invalidHits                             // a hits_addend above the bound
+	invalidOverride                         // a descriptor's own limit no store can count with
+	invalidTooLarge                         // a body over the size bound
+	invalidAuth                             // the auth endpoint: a missing header, a bad path or query
+	invalidPhase                            // a tollgate.phase it does not know, a release that names no permit
 	numInvalid
 )
 
 var invalidNames = [numInvalid]string{"request", "too_many_descriptors", "too_many_entries", "hits", "override", "too_large", "auth", "phase"}
 
-// check refuses a request past the bounds before any rule is looked up.
-func (s *Server) check(api int, req *pb.RateLimitRequest) error {
-	if req.GetDomain() == "" {
-		return s.invalid(api, invalidRequest, "rate limit domain must not be empty")
-	}
-	descs := req.GetDescriptors()
-	if len(descs) == 0 {
-		return s.invalid(api, invalidRequest, "rate limit descriptor list must not be empty")
-	}
-	if len(descs) > s.maxDescriptors {
-		return s.invalid(api, invalidDescriptors, fmt.Sprintf("%d descriptors: at most %d are allowed", len(descs), s.maxDescriptors))
-	}
-	if h := req.GetHitsAddend(); uint64(h) > uint64(s.maxHits) {
-		return s.invalid(api, invalidHits, fmt.Sprintf("hits_addend %d: at most %d is allowed", h, s.maxHits))
-	}
-	for i, d := range descs {
-		if n := len(d.GetEntries()); n > s.maxEntries {
-			return s.invalid(api, invalidEntries, fmt.Sprintf("descriptor %d has %d entries: at most %d are allowed", i, n, s.maxEntries))
-		}
-		// A stream-done charge spends at most its rule's capacity (see
-		// charge), whatever its hits: its cost to the store is bounded
-		// without refusing a response that reports many tokens.
-		if h := d.GetHitsAddend(); h != nil && h.GetValue() > uint64(s.maxHits) && !streamDone(d.GetEntries()) {
-			return s.invalid(api, invalidHits, fmt.Sprintf("descriptor %d: hits_addend %d: at most %d is allowed", i, h.GetValue(), s.maxHits))
-		}
-	}
-	return nil
+func (r invalidReason) String() string { return invalidNames[r] }
+
+// invalid counts and returns the error of an invalid request:
+// InvalidArgument, as envoyproxy/ratelimit refuses a request without a
+// domain or descriptors. An invalid request is the caller's mistake: it
+// is answered at once, never by a failure mode, and never counted or
+// logged as a store failure.
+func (s *Server) invalid(via api, reason invalidReason, msg string) error {
+	s.countInvalid(via, reason)
+	return status.Error(codes.InvalidArgument, "server: "+msg)
 }
 
-// checkItems refuses a request one of whose descriptors carries a limit of
-// its own that is not a valid limit (an unknown unit, a period longer than
-// a store counts; 0 requests per unit denies, as a rule's does). That is
-// the caller's mistake, not a decision. A cost above what a rule can ever
-// admit is not refused here: it is over the limit (see spend), as
-// envoyproxy/ratelimit answers it, so that a gateway failing open on
-// errors does not let it through.
-func (s *Server) checkItems(api int, req *pb.RateLimitRequest, items []item) error {
-	for i := range items {
-		it := &items[i]
-		r := it.rule
-		if r == nil || it.dropped {
-			continue
-		}
-		if r.Concurrency != nil && it.phase == phaseStreamDone && it.permit == "" {
-			return s.invalid(api, invalidPhase, fmt.Sprintf("descriptor %d: a stream-done call of a concurrency rule must name the request's permit (%s)", i, PermitKey))
-		}
-		if it.state == nil { // a descriptor's own limit
-			if r.Unlimited {
-				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit has no unit", i))
-			}
-			if err := r.Limit.Validate(); err != nil && !r.DenyAll() {
-				return s.invalid(api, invalidOverride, fmt.Sprintf("descriptor %d: its limit: %v", i, err))
-			}
-		}
-	}
-	return nil
-}
-
-// cost is hits × the rule's cost, or math.MaxInt when that overflows.
-func cost(hits, ruleCost int) int {
-	n := hits * ruleCost
-	if hits > 0 && n/hits != ruleCost {
-		return math.MaxInt
-	}
-	return n
+// countInvalid counts an invalid request that came via for reason.
+func (s *Server) countInvalid(via api, reason invalidReason) {
+	s.m.requests[via][codeInvalid].Inc()
+	s.m.invalid[reason].Inc()
 }

@@ -4,52 +4,66 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
-// outcome is what happened to one descriptor of a request.
-type outcome uint8
+// numOutcomes is how many ways a descriptor can end: every engine.Outcome
+// up to engine.Released.
+const numOutcomes = engine.Released + 1
+
+// decisionLabels are the outcome label values of
+// tollgate_serve_decisions_total, named as envoyproxy/ratelimit speaks of
+// its answers rather than as the middleware's metrics name the same
+// outcomes.
+var decisionLabels = [numOutcomes]string{
+	engine.Allowed:      "ok",
+	engine.Denied:       "over_limit",
+	engine.DryRunDenied: "shadow",
+	engine.Unlimited:    "unlimited",
+	engine.FailedOpen:   "fail_open",
+	engine.FailedClosed: "fail_closed",
+	engine.Charged:      "charged",
+	engine.Released:     "released",
+}
+
+// api is the way a request came in: the api label of
+// tollgate_serve_requests_total.
+type api uint8
 
 const (
-	outcomeOK         outcome = iota // under the limit
-	outcomeOverLimit                 // over the limit: OVER_LIMIT
-	outcomeShadow                    // over the limit, answered OK by shadow_mode
-	outcomeUnlimited                 // an unlimited rule
-	outcomeFailOpen                  // the store failed; answered OK
-	outcomeFailClosed                // the store failed; answered OVER_LIMIT
-	outcomeCharged                   // a stream-done call's hits charged to the counter
-	outcomeReleased                  // a stream-done call released a concurrency slot
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow", "unlimited", "fail_open", "fail_closed", "charged", "released"}
-
-// APIs a request can come through, for tollgate_serve_requests_total.
-const (
-	apiGRPC = iota
-	apiJSON
-	apiNginx
-	apiProxy
+	apiGRPC  api = iota // ShouldRateLimit
+	apiJSON             // POST /json
+	apiNginx            // the auth endpoint (AuthHandler)
+	apiProxy            // the reverse proxy (Proxy)
 	numAPIs
 )
 
 var apiNames = [numAPIs]string{"grpc", "json", "nginx", "proxy"}
 
-// Overall answers, for tollgate_serve_requests_total.
+func (a api) String() string { return apiNames[a] }
+
+// code is a request's overall answer: the code label of
+// tollgate_serve_requests_total.
+type code uint8
+
 const (
-	codeOK = iota
+	codeOK code = iota
 	codeOverLimit
-	codeInvalid
+	codeInvalid // refused before any rule was looked up
 	numCodes
 )
 
 var codeNames = [numCodes]string{"ok", "over_limit", "invalid"}
 
+func (c code) String() string { return codeNames[c] }
+
 type metrics struct {
 	decisions     *prometheus.CounterVec
 	requests      [numAPIs][numCodes]prometheus.Counter
-	noRule        [2]prometheus.Counter // unknown domain, no match
+	noRule        [2]prometheus.Counter // by noRuleDomain, noRuleMatch
 	storeDuration prometheus.Histogram
-	storeErrors   [2]prometheus.Counter // timeout, error
+	storeErrors   [2]prometheus.Counter // by storeTimeout, storeError
 	storeSkipped  prometheus.Counter
 	invalid       [numInvalid]prometheus.Counter
 	reloads       [3]prometheus.Counter // success, failure, unchanged
@@ -57,9 +71,24 @@ type metrics struct {
 	rules         prometheus.Gauge
 	ready         prometheus.Gauge
 	storeUp       prometheus.Gauge
-	globalShadow  prometheus.Counter
+	globalDryRun  prometheus.Counter
 }
 
+// Why a descriptor has no rule: the reason label of
+// tollgate_serve_no_rule_total.
+const (
+	noRuleDomain = iota // unknown_domain
+	noRuleMatch         // no_match
+)
+
+// How a store call failed: the reason label of
+// tollgate_serve_store_errors_total.
+const (
+	storeTimeout = iota
+	storeError
+)
+
+// The result label of tollgate_serve_config_reloads_total.
 const (
 	reloadSuccess = iota
 	reloadFailure
@@ -70,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_serve_decisions_total",
-			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit, answered OK by shadow_mode), unlimited, fail_open and fail_closed (the store failed or missed its deadline), charged (hits a stream-done call charged) and released (a concurrency slot a stream-done call gave back).",
+			Help: "Descriptors decided, by domain, rule (envoy-style statistics name) and outcome: ok, over_limit, shadow (over the limit of a shadow_mode rule, a dry run, and answered OK), unlimited, fail_open and fail_closed (the store failed or missed its deadline), charged (hits a stream-done call charged) and released (a concurrency slot a stream-done call gave back).",
 		}, []string{"domain", "rule", "outcome"}),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_serve_store_duration_seconds",
@@ -97,38 +126,55 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_serve_store_skipped_total",
 			Help: "Descriptors answered by failure mode without a store call because their request's deadline had already passed (after a store call of the same request timed out).",
 		}),
-		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+		globalDryRun: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_serve_global_shadow_total",
-			Help: "Requests over the limit answered OK because of the global shadow mode.",
+			Help: "Requests over the limit answered OK because of the global dry run (--shadow-mode).",
 		}),
 	}
+	cs := append([]prometheus.Collector{m.decisions, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
+		m.children()...)
+	if reg != nil {
+		for _, c := range cs {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// children makes the counter families whose label values are all known
+// beforehand and looks up each of their children once, so that the
+// request path does not hash label values. It returns the families, to
+// be registered.
+func (m *metrics) children() []prometheus.Collector {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_requests_total",
 		Help: "Requests answered, by API (grpc, json, nginx, proxy) and overall code (ok, over_limit, invalid).",
 	}, []string{"api", "code"})
 	for a := range numAPIs {
 		for c := range numCodes {
-			m.requests[a][c] = requests.WithLabelValues(apiNames[a], codeNames[c])
+			m.requests[a][c] = requests.WithLabelValues(a.String(), c.String())
 		}
 	}
 	noRule := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_no_rule_total",
 		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain or no_match.",
 	}, []string{"reason"})
-	m.noRule[0] = noRule.WithLabelValues("unknown_domain")
-	m.noRule[1] = noRule.WithLabelValues("no_match")
+	m.noRule[noRuleDomain] = noRule.WithLabelValues("unknown_domain")
+	m.noRule[noRuleMatch] = noRule.WithLabelValues("no_match")
 	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_store_errors_total",
 		Help: "Store calls that failed: reason timeout (the deadline passed) or error. A request counts at most one timeout: after it, the request's other descriptors are not sent (tollgate_serve_store_skipped_total).",
 	}, []string{"reason"})
-	m.storeErrors[0] = storeErrors.WithLabelValues("timeout")
-	m.storeErrors[1] = storeErrors.WithLabelValues("error")
+	m.storeErrors[storeTimeout] = storeErrors.WithLabelValues("timeout")
+	m.storeErrors[storeError] = storeErrors.WithLabelValues("error")
 	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_invalid_total",
 		Help: "Requests refused as invalid (gRPC InvalidArgument, HTTP 400 or 413), by reason: request, too_many_descriptors, too_many_entries, hits, override, too_large, auth, phase.",
 	}, []string{"reason"})
 	for r := range numInvalid {
-		m.invalid[r] = invalid.WithLabelValues(invalidNames[r])
+		m.invalid[r] = invalid.WithLabelValues(r.String())
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_config_reloads_total",
@@ -137,13 +183,5 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.reloads[reloadSuccess] = reloads.WithLabelValues("success")
 	m.reloads[reloadFailure] = reloads.WithLabelValues("failure")
 	m.reloads[reloadUnchanged] = reloads.WithLabelValues("unchanged")
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, requests, noRule, m.storeDuration, storeErrors, m.storeSkipped, invalid, reloads,
-			m.lastReload, m.rules, m.ready, m.storeUp, m.globalShadow} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("server: register metrics: %w", err)
-			}
-		}
-	}
-	return m, nil
+	return []prometheus.Collector{requests, noRule, storeErrors, invalid, reloads}
 }

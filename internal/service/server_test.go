@@ -177,9 +177,9 @@ descriptors:
 	}
 }
 
-func TestGlobalShadowMode(t *testing.T) {
+func TestGlobalDryRun(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", WithShadowMode(true))
+	s := newTestServer(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", WithDryRun(true))
 	r := req("d", entries("k", "x"))
 	ask(t, s, r)
 	if got, want := codesOf(ask(t, s, r)), "OK: OVER_LIMIT"; got != want {

@@ -7,7 +7,6 @@ import (
 	"unicode"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/tollgate/tollgate/internal/door/engine"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -17,6 +16,8 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
 // Tracing
@@ -268,7 +269,7 @@ func traceDecision(ctx context.Context, req *pb.RateLimitRequest, overall pb.Rat
 // traceStoreFailure adds an EventStoreFailure event to the span of ctx, if
 // it is being recorded, for a store call that failed with err and was
 // answered by the rule's failure mode with outcome o.
-func traceStoreFailure(ctx context.Context, o outcome, err error) {
+func traceStoreFailure(ctx context.Context, o engine.Outcome, err error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -278,7 +279,7 @@ func traceStoreFailure(ctx context.Context, o outcome, err error) {
 		kind = "timeout"
 	}
 	span.AddEvent(EventStoreFailure, trace.WithAttributes(
-		attribute.String("ratelimit.answer", outcomeNames[o]),
+		attribute.String("ratelimit.answer", o.String()),
 		semconv.ErrorTypeKey.String(kind),
 		semconv.ExceptionMessage(strings.ToValidUTF8(err.Error(), "\uFFFD")),
 	))

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/clientip"
+	"github.com/tollgate/tollgate/internal/door/engine"
 )
 
 // The trace and parent span every traced test request claims to come from,
@@ -449,13 +450,13 @@ func TestTraceStoreFailure(t *testing.T) {
 	tp, exp := newRecorder(t)
 	tests := []struct {
 		name string
-		o    outcome
+		o    engine.Outcome
 		err  error
 		want map[string]string
 	}{
-		{"timeout, open", outcomeFailOpen, context.DeadlineExceeded,
+		{"timeout, open", engine.FailedOpen, context.DeadlineExceeded,
 			map[string]string{"ratelimit.answer": "fail_open", "error.type": "timeout", "exception.message": "context deadline exceeded"}},
-		{"error, closed", outcomeFailClosed, errors.New("redisstore: token_bucket: dial tcp 127.0.0.1:1: connect: connection refused"),
+		{"error, closed", engine.FailedClosed, errors.New("redisstore: token_bucket: dial tcp 127.0.0.1:1: connect: connection refused"),
 			map[string]string{"ratelimit.answer": "fail_closed", "error.type": "store_error",
 				"exception.message": "redisstore: token_bucket: dial tcp 127.0.0.1:1: connect: connection refused"}},
 	}
@@ -501,7 +502,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	for name, ctx := range ctxs {
 		allocs := testing.AllocsPerRun(100, func() {
 			traceDecision(ctx, req, pb.RateLimitResponse_OK)
-			traceStoreFailure(ctx, outcomeFailOpen, err)
+			traceStoreFailure(ctx, engine.FailedOpen, err)
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per decision, want 0", name, allocs)

@@ -18,15 +18,30 @@ const (
 	// FailedClosed: the store failed and the rule rejected the request.
 	FailedClosed
 
+	// NumOutcomes is how many outcomes a decision of the middleware's
+	// rules can have: the five above, each a series of their metrics.
 	NumOutcomes
 )
 
-var outcomeNames = [NumOutcomes]string{"allowed", "denied", "dry_run_denied", "fail_open", "fail_closed"}
+// The decision service's descriptors end in three more ways, none of them
+// a decision the middleware makes. They come after NumOutcomes so that the
+// middleware's metrics keep their five series per rule.
+const (
+	// Unlimited: the rule sets no limit; the store was not asked.
+	Unlimited Outcome = NumOutcomes + iota
+	// Charged: a stream-done call charged its hits to the counter.
+	Charged
+	// Released: a stream-done call gave a concurrency slot back.
+	Released
+)
+
+var outcomeNames = [...]string{"allowed", "denied", "dry_run_denied", "fail_open", "fail_closed", "unlimited", "charged", "released"}
 
 // String returns the outcome's metric label: "allowed", "denied",
-// "dry_run_denied", "fail_open" or "fail_closed".
+// "dry_run_denied", "fail_open" or "fail_closed" (and "unlimited",
+// "charged" or "released").
 func (o Outcome) String() string {
-	if o < NumOutcomes {
+	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))

@@ -228,7 +228,7 @@ type descriptor struct {
 	key, value                                         string
 	keyNode, valueNode, rateLimit, children, shareNode *yaml.Node
 	concurrency                                        *yaml.Node
-	shadow, quota, detailed, toMetric, shareThreshold  bool
+	dryRun, quota, detailed, toMetric, shareThreshold  bool
 }
 
 // descriptor reads the descriptor d. It reports false, having reported
@@ -255,7 +255,7 @@ func (b *builder) descriptor(d *yaml.Node) (descriptor, bool) {
 		case "descriptors":
 			e.children = v
 		case "shadow_mode":
-			e.shadow = b.boolean(v)
+			e.dryRun = b.boolean(v)
 		case "quota_mode":
 			e.quota = b.boolean(v)
 		case "detailed_metric":
@@ -331,7 +331,7 @@ func (b *builder) addDescriptor(parent *node, e *descriptor, domain, id string, 
 		n.rule = b.rateLimit(e.rateLimit, domain, id, path)
 	}
 	if n.rule != nil {
-		n.rule.ShadowMode, n.rule.QuotaMode, n.rule.DetailedMetric = e.shadow, e.quota, e.detailed
+		n.rule.DryRun, n.rule.QuotaMode, n.rule.DetailedMetric = e.dryRun, e.quota, e.detailed
 		n.rule.Line = e.keyNode.Line
 	}
 	if e.children != nil {

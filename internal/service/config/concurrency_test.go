@@ -59,8 +59,8 @@ descriptors:
 		if got, want := rule.FailureMode, tc.mode; got != want {
 			t.Errorf("%v: failure mode %v, want %v", tc.entries, got, want)
 		}
-		if got, want := rule.ShadowMode, tc.shadow; got != want {
-			t.Errorf("%v: shadow mode %v, want %v", tc.entries, got, want)
+		if got, want := rule.DryRun, tc.shadow; got != want {
+			t.Errorf("%v: dry run %v, want %v", tc.entries, got, want)
 		}
 		if got, want := rule.DenyAll(), false; got != want {
 			t.Errorf("%v: DenyAll %v, want %v", tc.entries, got, want)

@@ -94,8 +94,8 @@ func TestEnvoyFileLoadsUnchanged(t *testing.T) {
 	if rule := get("tenant", "acme", "user", "mallory"); !rule.DenyAll() {
 		t.Errorf("mallory: DenyAll() = false, want true (requests_per_unit: 0)")
 	}
-	if rule := get("tenant", "acme", "path", "/trial"); !rule.ShadowMode {
-		t.Errorf("/trial: ShadowMode = false, want true")
+	if rule := get("tenant", "acme", "path", "/trial"); !rule.DryRun {
+		t.Errorf("/trial: DryRun = false, want true")
 	}
 	if rule := get("tenant", "acme", "internal", "x"); !rule.Unlimited {
 		t.Errorf("internal: Unlimited = false, want true")

@@ -88,7 +88,7 @@ func appendDumpLine(b []byte, r *Rule) []byte {
 		b = strconv.AppendUint(b, uint64(r.RequestsPerUnit), 10)
 	}
 	b = append(b, ", shadow_mode: "...)
-	b = strconv.AppendBool(b, r.ShadowMode)
+	b = strconv.AppendBool(b, r.DryRun)
 	b = append(b, ", quota_mode: "...)
 	b = strconv.AppendBool(b, r.QuotaMode)
 	return append(b, '\n')

@@ -263,8 +263,8 @@ func TestOverrideRule(t *testing.T) {
 			if got, want := r.HasValueToMetric(), true; got != want {
 				t.Errorf("HasValueToMetric = %v, want %v", got, want)
 			}
-			if r.ShadowMode || r.Cost != 1 || r.Domain != "test-domain" {
-				t.Errorf("ShadowMode %v, Cost %d, Domain %q: want false, 1, test-domain", r.ShadowMode, r.Cost, r.Domain)
+			if r.DryRun || r.Cost != 1 || r.Domain != "test-domain" {
+				t.Errorf("DryRun %v, Cost %d, Domain %q: want false, 1, test-domain", r.DryRun, r.Cost, r.Domain)
 			}
 		})
 	}

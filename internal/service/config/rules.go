@@ -118,8 +118,10 @@ type Rule struct {
 	Concurrency *Concurrency
 	// FailureMode decides when the store fails.
 	FailureMode FailureMode
-	// ShadowMode rules count but always answer OK.
-	ShadowMode bool
+	// DryRun rules (shadow_mode in the rules file) decide and count but
+	// always answer OK, so that a new limit can be watched before it is
+	// enforced.
+	DryRun bool
 	// QuotaMode rules make a request OVER_LIMIT only when every quota rule
 	// of the request is over its limit.
 	QuotaMode bool
@@ -153,7 +155,7 @@ type Rule struct {
 // (RateLimitDescriptor.limit, which Envoy sends when a route's rate limit
 // action sets one): requestsPerUnit per unit, or per unitMultiplier units
 // when that is more than 1, counted with a fixed window as
-// envoyproxy/ratelimit counts, never in shadow mode. envoyproxy/ratelimit
+// envoyproxy/ratelimit counts, never a dry run. envoyproxy/ratelimit
 // applies it whatever the files say for the descriptor, as long as the
 // domain is known.
 //
