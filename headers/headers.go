@@ -53,15 +53,15 @@ import (
 
 // Canonical names of the fields Write sets, as http.Header keys them.
 const (
-	PolicyField         = "Ratelimit-Policy" // RateLimit-Policy
-	LimitField          = "Ratelimit"        // RateLimit
-	OldLimitField       = "Ratelimit-Limit"
-	OldRemainingField   = "Ratelimit-Remaining"
-	OldResetField       = "Ratelimit-Reset"
-	XLimitField         = "X-Ratelimit-Limit"
-	XRemainingField     = "X-Ratelimit-Remaining"
-	XResetField         = "X-Ratelimit-Reset"
-	RetryAfterField     = "Retry-After"
+	policyField         = "Ratelimit-Policy" // RateLimit-Policy
+	limitField          = "Ratelimit"        // RateLimit
+	oldLimitField       = "Ratelimit-Limit"
+	oldRemainingField   = "Ratelimit-Remaining"
+	oldResetField       = "Ratelimit-Reset"
+	xLimitField         = "X-Ratelimit-Limit"
+	xRemainingField     = "X-Ratelimit-Remaining"
+	xResetField         = "X-Ratelimit-Reset"
+	retryAfterField     = "Retry-After"
 	dryRunParam         = "tollgate-dry-run"
 	burstParam          = "tollgate-burst"
 	maxFieldsPerWrite   = 9 // two draft fields, three and three older ones, Retry-After
@@ -84,8 +84,8 @@ const (
 	// X-RateLimit-Reset (a Unix time in seconds), as GitHub sends them.
 	XRateLimit
 
-	// AllFlavors is every flavour.
-	AllFlavors = Draft | RateLimitFields | XRateLimit
+	// allFlavors is every flavour.
+	allFlavors = Draft | RateLimitFields | XRateLimit
 )
 
 var flavorNames = []struct {
@@ -102,7 +102,7 @@ func (f Flavor) String() string {
 			names = append(names, n.name)
 		}
 	}
-	if rest := f &^ AllFlavors; rest != 0 {
+	if rest := f &^ allFlavors; rest != 0 {
 		names = append(names, "Flavor("+strconv.Itoa(int(rest))+")")
 	}
 	if len(names) == 0 {
@@ -120,7 +120,7 @@ func ParseFlavor(s string) (Flavor, error) {
 		part = strings.TrimSpace(strings.ToLower(part))
 		switch part {
 		case "all":
-			f |= AllFlavors
+			f |= allFlavors
 			continue
 		case "none":
 			continue
@@ -186,10 +186,10 @@ func Binding(ds []Decision) int {
 	return best
 }
 
-// Seconds rounds d up to whole seconds, as Retry-After and the reset fields
+// seconds rounds d up to whole seconds, as Retry-After and the reset fields
 // need: a client told to come back in ⌊d⌋ seconds comes back early and is
 // denied again. It returns 0 for d ≤ 0.
-func Seconds(d time.Duration) int64 {
+func seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
@@ -197,15 +197,15 @@ func Seconds(d time.Duration) int64 {
 }
 
 // RetryAfterSeconds returns the Retry-After value for a denial that may be
-// retried after d: Seconds(d), but at least 1, because "Retry-After: 0" tells
+// retried after d: seconds(d), but at least 1, because "Retry-After: 0" tells
 // a denied client to come straight back.
 func RetryAfterSeconds(d time.Duration) int64 {
-	return max(1, Seconds(d))
+	return max(1, seconds(d))
 }
 
 // SetRetryAfter sets Retry-After in h to RetryAfterSeconds(d).
 func SetRetryAfter(h http.Header, d time.Duration) {
-	h[RetryAfterField] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
+	h[retryAfterField] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
 }
 
 // Write sets the fields of flavour f in h from ds (one Decision per policy
@@ -263,14 +263,14 @@ func write(h http.Header, f Flavor, now time.Time, vals []string, ds []Decision)
 			}
 			buf = appendPolicyItem(buf, &ds[i])
 		}
-		field(PolicyField)
+		field(policyField)
 		for i := range ds {
 			if i > 0 {
 				buf = append(buf, ", "...)
 			}
 			buf = appendLimitItem(buf, &ds[i])
 		}
-		field(LimitField)
+		field(limitField)
 	}
 	b := Binding(ds)
 	if b >= 0 && f&(RateLimitFields|XRateLimit) != 0 {
@@ -279,25 +279,25 @@ func write(h http.Header, f Flavor, now time.Time, vals []string, ds []Decision)
 		reset := resetSeconds(&d.Result)
 		if f&RateLimitFields != 0 {
 			buf = strconv.AppendInt(buf, q, 10)
-			field(OldLimitField)
+			field(oldLimitField)
 			buf = strconv.AppendInt(buf, int64(max(0, d.Result.Remaining)), 10)
-			field(OldRemainingField)
+			field(oldRemainingField)
 			buf = strconv.AppendInt(buf, reset, 10)
-			field(OldResetField)
+			field(oldResetField)
 		}
 		if f&XRateLimit != 0 {
 			buf = strconv.AppendInt(buf, q, 10)
-			field(XLimitField)
+			field(xLimitField)
 			buf = strconv.AppendInt(buf, int64(max(0, d.Result.Remaining)), 10)
-			field(XRemainingField)
+			field(xRemainingField)
 			buf = strconv.AppendInt(buf, now.Unix()+reset, 10)
-			field(XResetField)
+			field(xResetField)
 		}
 	}
 	if b >= 0 && !ds[b].Result.Allowed {
 		// The binding denial has the longest wait of all denials.
 		buf = strconv.AppendInt(buf, RetryAfterSeconds(ds[b].Result.RetryAfter), 10)
-		field(RetryAfterField)
+		field(retryAfterField)
 	}
 	if n == 0 {
 		return
@@ -326,7 +326,7 @@ func singleLimit(l tollgate.Limit) int64 {
 			return int64(l.Burst)
 		}
 	}
-	q, _ := Quota(l)
+	q, _ := quota(l)
 	return q
 }
 
@@ -336,14 +336,14 @@ func resetSeconds(r *tollgate.Result) int64 {
 	if !r.Allowed {
 		return RetryAfterSeconds(r.RetryAfter)
 	}
-	return Seconds(r.ResetAfter)
+	return seconds(r.ResetAfter)
 }
 
-// Quota returns the q and w parameters of RateLimit-Policy for l: q units per
+// quota returns the q and w parameters of RateLimit-Policy for l: q units per
 // w whole seconds. A period that is not a whole number of seconds has its
 // window rounded up and its quota scaled down, so the policy never promises
 // more than the limit admits. An invalid limit gives 0, 0.
-func Quota(l tollgate.Limit) (q, w int64) {
+func quota(l tollgate.Limit) (q, w int64) {
 	if l.Rate < 1 || l.Period <= 0 {
 		return 0, 0
 	}
@@ -364,7 +364,7 @@ func Quota(l tollgate.Limit) (q, w int64) {
 
 func appendPolicyItem(b []byte, d *Decision) []byte {
 	b = appendString(b, d.Policy)
-	q, w := Quota(d.Result.Limit)
+	q, w := quota(d.Result.Limit)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, q, 10)
 	b = append(b, ";w="...)

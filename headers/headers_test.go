@@ -125,7 +125,7 @@ func TestWriteSeveralPolicies(t *testing.T) {
 		{Policy: "trial", Result: tollgate.Result{Allowed: false, Limit: trial, RetryAfter: 30 * time.Second, ResetAfter: time.Minute}, DryRun: true},
 	}
 	h := http.Header{}
-	headers.Write(h, headers.AllFlavors, t0, ds...)
+	headers.Write(h, headers.Draft|headers.RateLimitFields|headers.XRateLimit, t0, ds...)
 
 	wantPolicy := []item{
 		{"burst", map[string]any{"q": int64(10), "w": int64(1), "tollgate-burst": int64(20)}},
@@ -248,7 +248,7 @@ func TestWriteReplacesAndLeavesAlone(t *testing.T) {
 	}
 
 	empty := http.Header{}
-	headers.Write(empty, headers.AllFlavors, t0)
+	headers.Write(empty, headers.Draft|headers.RateLimitFields|headers.XRateLimit, t0)
 	if len(empty) != 0 {
 		t.Errorf("no decisions wrote %v", empty)
 	}
@@ -265,8 +265,12 @@ func TestWriteAllocs(t *testing.T) {
 		write func(h http.Header)
 		want  float64
 	}{
-		{"Write", func(h http.Header) { headers.Write(h, headers.AllFlavors, t0, ds...) }, 2},
-		{"Values.Write", func(h http.Header) { vals.Write(h, headers.AllFlavors, t0, ds...) }, 1},
+		{"Write", func(h http.Header) {
+			headers.Write(h, headers.Draft|headers.RateLimitFields|headers.XRateLimit, t0, ds...)
+		}, 2},
+		{"Values.Write", func(h http.Header) {
+			vals.Write(h, headers.Draft|headers.RateLimitFields|headers.XRateLimit, t0, ds...)
+		}, 1},
 	} {
 		h := make(http.Header, 16)
 		got := testing.AllocsPerRun(100, func() { tc.write(h) })
@@ -289,7 +293,7 @@ func TestValuesWrite(t *testing.T) {
 		{"draft, allowed", headers.Draft, []headers.Decision{
 			{Policy: "burst", Result: tollgate.Result{Allowed: true, Limit: tollgate.PerSecond(10), Remaining: 9, ResetAfter: time.Second}},
 		}},
-		{"every flavour, denied", headers.AllFlavors, []headers.Decision{
+		{"every flavour, denied", headers.Draft | headers.RateLimitFields | headers.XRateLimit, []headers.Decision{
 			{Policy: "burst", Result: tollgate.Result{Allowed: true, Limit: tollgate.PerSecond(10), Remaining: 3, ResetAfter: time.Second}},
 			{Policy: "daily", Result: tollgate.Result{Limit: tollgate.PerDay(100), RetryAfter: time.Hour}},
 			{Policy: "trial", DryRun: true, Result: tollgate.Result{Limit: tollgate.PerMinute(5), RetryAfter: time.Minute}},
@@ -326,7 +330,7 @@ func TestFlavorNames(t *testing.T) {
 	}{
 		{"draft", headers.Draft},
 		{"Draft, X-RateLimit", headers.Draft | headers.XRateLimit},
-		{"all", headers.AllFlavors},
+		{"all", headers.Draft | headers.RateLimitFields | headers.XRateLimit},
 		{"none", 0},
 		{"ratelimit", headers.RateLimitFields},
 	} {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service/config"
 )
@@ -69,7 +68,7 @@ func WithResponseMetadata(on bool) Option { return func(s *Server) { s.envoy.met
 // LIMIT_RESET_HEADER do; an empty name keeps the field's own.
 func WithHeaderNames(limit, remaining, reset string) Option {
 	return func(s *Server) {
-		for field, name := range map[string]string{headers.OldLimitField: limit, headers.OldRemainingField: remaining, headers.OldResetField: reset} {
+		for field, name := range map[string]string{"Ratelimit-Limit": limit, "Ratelimit-Remaining": remaining, "Ratelimit-Reset": reset} {
 			if name == "" {
 				continue
 			}

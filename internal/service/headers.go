@@ -14,24 +14,17 @@ import (
 	"github.com/tollgate/tollgate/internal/service/config"
 )
 
-// headerOrder is the order of the fields in response_headers_to_add, and
-// wireName how they are spelled there (Envoy sends them as given).
-var (
-	headerOrder = [...]string{headers.PolicyField, headers.LimitField, headers.OldLimitField, headers.OldRemainingField,
-		headers.OldResetField, headers.XLimitField, headers.XRemainingField, headers.XResetField, headers.RetryAfterField}
-	wireName = map[string]string{
-		headers.PolicyField: "RateLimit-Policy", headers.LimitField: "RateLimit",
-		headers.OldLimitField: "RateLimit-Limit", headers.OldRemainingField: "RateLimit-Remaining", headers.OldResetField: "RateLimit-Reset",
-		headers.XLimitField: "X-RateLimit-Limit", headers.XRemainingField: "X-RateLimit-Remaining", headers.XResetField: "X-RateLimit-Reset",
-		headers.RetryAfterField: "Retry-After",
-	}
-)
+// headerOrder is the order of the fields headers.Write may set in
+// response_headers_to_add, spelled as they are sent there (Envoy sends them
+// as given); an http.Header keys each by http.CanonicalHeaderKey of it.
+var headerOrder = [...]string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining",
+	"RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
 
 // headerStyle is how the server writes the rate-limit header fields of
 // its answers.
 type headerStyle struct {
 	flavor headers.Flavor              // which fields (WithHeaders)
-	names  map[string]string           // header field → name it is sent as (WithHeaderNames)
+	names  map[string]string           // header field (canonical key) → name it is sent as (WithHeaderNames)
 	wire   [len(headerOrder)]wireField // response_headers_to_add: fields and names, in order
 }
 
@@ -49,13 +42,14 @@ func (s *Server) wireFields() [len(headerOrder)]wireField {
 	return fs
 }
 
-// headerName returns the key of field in the server's header map and the
-// name it is sent as in response_headers_to_add.
-func (s *Server) headerName(field string) (key, wire string) {
+// headerName returns the key in the server's header map of the field sent
+// as wire, and the name it is sent as in response_headers_to_add.
+func (s *Server) headerName(wire string) (key, name string) {
+	field := http.CanonicalHeaderKey(wire)
 	if name, ok := s.hdr.names[field]; ok {
 		return http.CanonicalHeaderKey(name), name
 	}
-	return field, wireName[field]
+	return field, wire
 }
 
 // headerDecision is the header fields' view of outcome o of rule r: a
@@ -102,7 +96,7 @@ func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.
 		headers.Write(h, s.hdr.flavor, now, hds...)
 	}
 	if s.envoy.compat {
-		h.Del(headers.RetryAfterField) // envoy's answers carry none
+		h.Del("Retry-After") // envoy's answers carry none
 	}
 	for field, name := range s.hdr.names {
 		if v, ok := h[field]; ok {

@@ -9,8 +9,6 @@ import (
 	"net/url"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	"github.com/tollgate/tollgate/headers"
 )
 
 // Proxy returns a reverse proxy to upstream that applies the rules to
@@ -69,11 +67,11 @@ func (s *Server) Proxy(upstream *url.URL, rules HTTPRules) (http.Handler, error)
 func writeProblem(w http.ResponseWriter, r *http.Request, h http.Header) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
-	if _, ok := h[headers.RetryAfterField]; !ok {
-		w.Header().Set(headers.RetryAfterField, "1")
+	if _, ok := h["Retry-After"]; !ok {
+		w.Header().Set("Retry-After", "1")
 	}
 	w.WriteHeader(http.StatusTooManyRequests)
-	retry := w.Header().Get(headers.RetryAfterField)
+	retry := w.Header().Get("Retry-After")
 	instance, _ := json.Marshal(r.URL.Path)
 	io.WriteString(w, `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded; retry after `+retry+` s","instance":`+string(instance)+`}`)
 }
