@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/door/engine"
-	"github.com/tollgate/tollgate/internal/service"
+	"github.com/tollgate/tollgate/internal/store/redisurl"
 )
 
 // redisTarget is where the Redis store is and how to sign in to it, from
@@ -26,16 +26,16 @@ type redisTarget struct {
 	// fromArgv: the URL on the command line carries a password, which
 	// every local user can read with ps.
 	fromArgv bool
-	redact   *service.Redactor
-	tls      []service.RedisOption // the TLS flags', set after resolveRedis
+	redact   *redisurl.Redactor
+	tls      []redisurl.Option // the TLS flags', set after resolveRedis
 }
 
-// options returns the options NewRedisClient needs for the target.
-func (r redisTarget) options() []service.RedisOption {
+// options returns the options redisurl.NewClient needs for the target.
+func (r redisTarget) options() []redisurl.Option {
 	if !r.hasPassword {
 		return r.tls
 	}
-	return append([]service.RedisOption{service.WithRedisPassword(r.password)}, r.tls...)
+	return append([]redisurl.Option{redisurl.WithPassword(r.password)}, r.tls...)
 }
 
 // resolveRedis finds the Redis URL and password. Flags win over the
@@ -69,9 +69,9 @@ func resolveRedis(flagURL, passwordFile string, getenv env) (redisTarget, error)
 	}
 	t.fromArgv = fromFlag && urlHasPassword(t.url)
 	if t.hasPassword {
-		t.redact = service.NewRedactor(t.url, t.password)
+		t.redact = redisurl.NewRedactor(t.url, t.password)
 	} else {
-		t.redact = service.NewRedactor(t.url)
+		t.redact = redisurl.NewRedactor(t.url)
 	}
 	return t, nil
 }
@@ -106,7 +106,7 @@ func readPasswordFile(path string) (string, error) {
 func urlHasPassword(raw string) bool {
 	u, err := url.Parse(raw)
 	if err != nil {
-		// Unreadable: NewRedisClient will say so; assume the worst for
+		// Unreadable: redisurl.NewClient will say so; assume the worst for
 		// the argv warning.
 		return strings.Contains(raw, "@")
 	}
@@ -124,11 +124,11 @@ func urlHasPassword(raw string) bool {
 // line per connection attempt — and without credentials.
 type redisLogger struct {
 	log    *slog.Logger
-	redact *service.Redactor
+	redact *redisurl.Redactor
 	sample engine.Sampler
 }
 
-func newRedisLogger(log *slog.Logger, redact *service.Redactor, every time.Duration) *redisLogger {
+func newRedisLogger(log *slog.Logger, redact *redisurl.Redactor, every time.Duration) *redisLogger {
 	return &redisLogger{log: log, redact: redact, sample: engine.Sampler{Every: every}}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/service"
 	"github.com/tollgate/tollgate/internal/service/config"
+	"github.com/tollgate/tollgate/internal/store/redisurl"
 	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/redisstore"
 )
@@ -140,7 +141,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	if target.fromArgv {
 		log.Warn("the --redis URL holds a password, which every local user can read in the process list; use --redis-password-file or $REDIS_AUTH")
 	}
-	client, err := service.NewRedisClient(target.url, target.options()...)
+	client, err := redisurl.NewClient(target.url, target.options()...)
 	if err != nil {
 		return serveStore{}, err
 	}

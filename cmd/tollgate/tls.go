@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgate/tollgate/internal/door/engine"
-	"github.com/tollgate/tollgate/internal/service"
+	"github.com/tollgate/tollgate/internal/store/redisurl"
 )
 
 // TLS for serve's listeners and for the Redis client.
@@ -295,7 +295,7 @@ func (r *redisTLSFlags) set() bool {
 
 // options returns the Redis client's TLS option for url, none when no
 // flag is given. Its errors start with the flag at fault.
-func (r *redisTLSFlags) options(url string, log *slog.Logger) ([]service.RedisOption, error) {
+func (r *redisTLSFlags) options(url string, log *slog.Logger) ([]redisurl.Option, error) {
 	if !r.set() {
 		return nil, nil
 	}
@@ -324,9 +324,9 @@ func (r *redisTLSFlags) options(url string, log *slog.Logger) ([]service.RedisOp
 	if r.ca != "" {
 		files = append(files, r.ca)
 	}
-	t := service.RedisTLS{SkipVerifyHostname: r.skipHostname}
+	t := redisurl.TLS{SkipVerifyHostname: r.skipHostname}
 	if len(files) == 0 {
-		return []service.RedisOption{service.WithRedisTLS(t)}, nil
+		return []redisurl.Option{redisurl.WithTLS(t)}, nil
 	}
 	rl, err := newReloader("redis TLS", files, r.load, log)
 	if err != nil {
@@ -338,7 +338,7 @@ func (r *redisTLSFlags) options(url string, log *slog.Logger) ([]service.RedisOp
 	if r.ca != "" {
 		t.RootCAs = func() *x509.CertPool { return rl.get().roots }
 	}
-	return []service.RedisOption{service.WithRedisTLS(t)}, nil
+	return []redisurl.Option{redisurl.WithTLS(t)}, nil
 }
 
 // redisTLSFiles are the contents of the Redis TLS files.

@@ -34,7 +34,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/internal/service"
+	"github.com/tollgate/tollgate/internal/store/redisurl"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 )
@@ -665,7 +665,7 @@ func TestRedisTLSKinds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := service.NewRedisClient(tc.url, opts...)
+			rc, err := redisurl.NewClient(tc.url, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -708,7 +708,7 @@ func TestRedisTLSKinds(t *testing.T) {
 	}
 }
 
-// TestRedisTLSPlainURL asks service.NewRedisClient for TLS settings on
+// TestRedisTLSPlainURL asks redisurl.NewClient for TLS settings on
 // plain URLs: it refuses rather than connect in plain text, without
 // quoting the password.
 func TestRedisTLSPlainURL(t *testing.T) {
@@ -718,7 +718,7 @@ func TestRedisTLSPlainURL(t *testing.T) {
 		"redis+sentinel://127.0.0.1:26379?master_name=m&password=hunter2secret",
 		"redis+cluster://:hunter2secret@127.0.0.1:7000",
 	} {
-		_, err := service.NewRedisClient(u, service.WithRedisTLS(service.RedisTLS{SkipVerifyHostname: true}))
+		_, err := redisurl.NewClient(u, redisurl.WithTLS(redisurl.TLS{SkipVerifyHostname: true}))
 		if err == nil {
 			t.Errorf("%s with TLS settings: no error", u)
 			continue

@@ -13,12 +13,12 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/internal/door/storekey"
 	"github.com/tollgate/tollgate/internal/service/config"
+	"github.com/tollgate/tollgate/internal/store/redisurl"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
@@ -62,55 +62,6 @@ func TestCounterKeysNeverCollide(t *testing.T) {
 	if long2 := counterKey("d", entries("path", strings.Repeat("x", 599)+"y"), r); long2 == long {
 		t.Errorf("two long keys hash alike")
 	}
-}
-
-func TestNewRedisClient(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		url  string
-		kind string // Go type of the client, or "" for an error
-		err  string
-	}{
-		{"redis://127.0.0.1:6379/0", "*redis.Client", ""},
-		{"rediss://user:secret@redis.example:6380", "*redis.Client", ""},
-		{"redis+sentinel://127.0.0.1:26379?master_name=mymaster&addr=127.0.0.1:26380", "*redis.Client", ""},
-		{"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001", "*redis.ClusterClient", ""},
-		{"redis+sentinel://127.0.0.1:26379", "", "needs the master_name parameter"},
-		{"http://127.0.0.1", "", `scheme "http"`},
-		{"redis+ring://127.0.0.1", "", `scheme "redis+ring"`},
-		{"127.0.0.1:6379", "", "no scheme"},
-		{"redis://user:secret@127.0.0.1:6379?bogus=1", "", "user:xxxxx@"},
-	}
-	for _, tc := range tests {
-		c, err := NewRedisClient(tc.url)
-		if tc.kind == "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: err %v, want one containing %q", tc.url, err, tc.err)
-			}
-			if err != nil && strings.Contains(err.Error(), "secret") {
-				t.Errorf("%s: the error shows the password: %v", tc.url, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%s: %v", tc.url, err)
-			continue
-		}
-		if got := typeName(c); got != tc.kind {
-			t.Errorf("%s: %s, want %s", tc.url, got, tc.kind)
-		}
-		c.Close()
-	}
-}
-
-func typeName(c redis.UniversalClient) string {
-	switch c.(type) {
-	case *redis.Client:
-		return "*redis.Client"
-	case *redis.ClusterClient:
-		return "*redis.ClusterClient"
-	}
-	return "other"
 }
 
 func newTestServer(t testing.TB, rules string, opts ...Option) *Server {
@@ -316,7 +267,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		parallel bool
 	}{{"redis/parallel", true}, {"redis/serial", false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			client, err := NewRedisClient(rdb.URL())
+			client, err := redisurl.NewClient(rdb.URL())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,9 @@
-package service
+// Package redisurl makes go-redis clients from URLs: one server, Sentinel or
+// Cluster, said by the scheme, with TLS and a password that may be kept out
+// of the URL, and errors and logs that never show a credential (Redactor).
+// redisstore.NewClient is its public face; tollgate serve adds the password
+// and TLS settings of its flags.
+package redisurl
 
 import (
 	"cmp"
@@ -14,25 +19,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisOption changes how NewRedisClient connects.
-type RedisOption func(*redisOptions)
+// Option changes how NewClient connects.
+type Option func(*options)
 
-type redisOptions struct {
+type options struct {
 	password    string
 	hasPassword bool
-	tls         *RedisTLS
+	tls         *TLS
 }
 
-// WithRedisPassword sets the password of the Redis servers that hold the
+// WithPassword sets the password of the Redis servers that hold the
 // data, replacing the one in the URL: a password kept out of the URL need
 // not appear in a command line or an environment that other users can read.
 // For Sentinel it is the master's and replicas' password (the URL's password
 // option), not the sentinels' own (the URL's user information).
-func WithRedisPassword(password string) RedisOption {
-	return func(o *redisOptions) { o.password, o.hasPassword = password, true }
+func WithPassword(password string) Option {
+	return func(o *options) { o.password, o.hasPassword = password, true }
 }
 
-// RedisTLS is what a rediss:// URL cannot say about TLS: the client
+// TLS is what a rediss:// URL cannot say about TLS: the client
 // certificate to present to a Redis that requires one (tls-auth-clients
 // yes), the CAs that sign the servers' certificates, and whether the
 // certificates must name the host dialed. Its functions are called for
@@ -42,7 +47,7 @@ func WithRedisPassword(password string) RedisOption {
 // With neither RootCAs nor SkipVerifyHostname, servers are verified the
 // usual way: against the system's CAs and the URL's host. A URL option
 // skip_verify=true switches every check off and wins over both.
-type RedisTLS struct {
+type TLS struct {
 	// ClientCertificate returns the certificate and key to present when
 	// the server asks for one; nil presents none.
 	ClientCertificate func() (*tls.Certificate, error)
@@ -57,13 +62,13 @@ type RedisTLS struct {
 	SkipVerifyHostname bool
 }
 
-// WithRedisTLS adds a client certificate, CAs or relaxed name checks to
+// WithTLS adds a client certificate, CAs or relaxed name checks to
 // the TLS of a rediss://, rediss+sentinel:// or rediss+cluster:// URL; with a
-// URL without TLS, NewRedisClient fails rather than connect in plain text.
+// URL without TLS, NewClient fails rather than connect in plain text.
 // For Sentinel the same settings apply to the sentinels and to the data
 // servers.
-func WithRedisTLS(t RedisTLS) RedisOption {
-	return func(o *redisOptions) { o.tls = &t }
+func WithTLS(t TLS) Option {
+	return func(o *options) { o.tls = &t }
 }
 
 // errRedisTLSPlain is the error of TLS settings given with a plain URL.
@@ -71,7 +76,7 @@ var errRedisTLSPlain = errors.New("TLS settings (client certificate, CA) need a 
 
 // config returns the TLS configuration for a client whose URL asked for
 // base (nil: the URL has no TLS).
-func (t *RedisTLS) config(base *tls.Config) (*tls.Config, error) {
+func (t *TLS) config(base *tls.Config) (*tls.Config, error) {
 	if t == nil {
 		return base, nil
 	}
@@ -103,7 +108,7 @@ func (t *RedisTLS) config(base *tls.Config) (*tls.Config, error) {
 // nil), and that the leaf names host unless skipName.
 func verifyRedisServer(certs []*x509.Certificate, roots func() *x509.CertPool, host string, skipName bool) error {
 	if len(certs) == 0 {
-		return errors.New("server: redis TLS: the server sent no certificate")
+		return errors.New("redisstore: redis TLS: the server sent no certificate")
 	}
 	opts := x509.VerifyOptions{Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	if roots != nil {
@@ -116,12 +121,12 @@ func verifyRedisServer(certs []*x509.Certificate, roots func() *x509.CertPool, h
 		opts.Intermediates.AddCert(c)
 	}
 	if _, err := certs[0].Verify(opts); err != nil {
-		return fmt.Errorf("server: redis TLS: verify the server's certificate: %w", err)
+		return fmt.Errorf("redisstore: redis TLS: verify the server's certificate: %w", err)
 	}
 	return nil
 }
 
-// NewRedisClient returns a Redis client for rawURL. The forms are go-redis's
+// NewClient returns a Redis client for rawURL. The forms are go-redis's
 // URL forms, with the scheme saying which kind of deployment it is:
 //
 //	redis://[user:password@]host:6379[/db][?option=value&...]    one server
@@ -138,10 +143,10 @@ func verifyRedisServer(certs []*x509.Certificate, roots func() *x509.CertPool, h
 // deadline bounds each call.
 //
 // Errors never contain a credential: the URL they quote, and go-redis's
-// own messages, are passed through a Redactor first. WithRedisTLS adds a
+// own messages, are passed through a Redactor first. WithTLS adds a
 // client certificate and CAs to the URL's TLS.
-func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, error) {
-	var ro redisOptions
+func NewClient(rawURL string, opts ...Option) (redis.UniversalClient, error) {
+	var ro options
 	for _, o := range opts {
 		o(&ro)
 	}
@@ -154,23 +159,23 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 	shown := red.Redact(rawURL)
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("server: redis URL %q has no scheme (want redis://, rediss://, redis+sentinel:// or redis+cluster://)", shown)
+		return nil, fmt.Errorf("redisstore: redis URL %q has no scheme (want redis://, rediss://, redis+sentinel:// or redis+cluster://)", shown)
 	}
 	base, kind, _ := strings.Cut(scheme, "+")
 	if (base != "redis" && base != "rediss") || (kind != "" && kind != "sentinel" && kind != "cluster") {
-		return nil, fmt.Errorf("server: redis URL scheme %q: want redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", red.Redact(scheme))
+		return nil, fmt.Errorf("redisstore: redis URL scheme %q: want redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", red.Redact(scheme))
 	}
 	plain := base + "://" + rest
 	// net/url's errors quote the whole URL, or a fragment of a bad
 	// %-escape that may be part of a password: parse here, and say only
 	// what to check.
 	if _, err := url.Parse(plain); err != nil {
-		return nil, fmt.Errorf("server: redis URL %s: malformed (check the host, the port and the %%-escapes of the user information and options)", shown)
+		return nil, fmt.Errorf("redisstore: redis URL %s: malformed (check the host, the port and the %%-escapes of the user information and options)", shown)
 	}
 	// go-redis's errors are redacted and not wrapped: a caller unwrapping
 	// one would find the raw text again, password and all.
 	wrap := func(err error) error {
-		return fmt.Errorf("server: redis URL %s: %s", shown, red.Redact(err.Error()))
+		return fmt.Errorf("redisstore: redis URL %s: %s", shown, red.Redact(err.Error()))
 	}
 	// finish sets what every kind of client takes from the options: the
 	// password, TLS, and deadlines taken from the context.
@@ -180,7 +185,7 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 		}
 		var err error
 		if *tc, err = ro.tls.config(*tc); err != nil {
-			return fmt.Errorf("server: redis URL %s: %w", shown, err)
+			return fmt.Errorf("redisstore: redis URL %s: %w", shown, err)
 		}
 		*ctxDeadlines = true
 		return nil
@@ -201,7 +206,7 @@ func NewRedisClient(rawURL string, opts ...RedisOption) (redis.UniversalClient, 
 			return nil, wrap(err)
 		}
 		if o.MasterName == "" {
-			return nil, fmt.Errorf("server: redis URL %s: a Sentinel URL needs the master_name parameter", shown)
+			return nil, fmt.Errorf("redisstore: redis URL %s: a Sentinel URL needs the master_name parameter", shown)
 		}
 		if err := finish(&o.Password, &o.TLSConfig, &o.ContextTimeoutEnabled); err != nil {
 			return nil, err
