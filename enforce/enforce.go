@@ -1,8 +1,14 @@
 // Package enforce holds what every tollgate door means by a rule: named
-// limits (Policy), what a rule does when the store fails (FailureMode), and
-// the default deadline and log pace. httplimit (net/http middleware),
-// grpclimit (gRPC interceptors) and the rules files of tollgate serve all
-// use these, so a rule means the same thing at every door.
+// limits (Policy), what a rule does when the store fails (FailureMode), the
+// default deadline and log pace, and the doors' options (Option). httplimit
+// (net/http middleware), grpclimit (gRPC interceptors) and the rules files
+// of tollgate serve all use these, so a rule means the same thing at every
+// door, and one list of Options configures an HTTP and a gRPC limiter
+// alike:
+//
+//	opts := []enforce.Option{enforce.WithClientIP(ips), enforce.WithRegistry(reg)}
+//	web, err := httplimit.New(store, webRules, opts...)
+//	api, err := grpclimit.New(store, apiRules, opts...)
 //
 // # The model
 //

@@ -87,8 +87,8 @@ type concurrency struct {
 // without a store call for a slot:
 //
 //	grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor(), conc.UnaryServerInterceptor())
-func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...Option) (*Limiter, error) {
-	slots, err := ruleset.NewSlots("grpclimit", store, rule.Name, rule.Max, rule.Lease, rule.FailureMode, newOptions(opts).shared...)
+func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...enforce.Option) (*Limiter, error) {
+	slots, err := ruleset.NewSlots("grpclimit", store, rule.Name, rule.Max, rule.Lease, rule.FailureMode, ruleset.Resolve(opts))
 	if err != nil {
 		return nil, err
 	}

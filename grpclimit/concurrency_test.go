@@ -92,9 +92,9 @@ func serveConc(t *testing.T, conc *grpclimit.Limiter, svc *healthService) health
 
 // mustConcurrency makes a ConcurrencyLimiter with a generous store
 // deadline (see mustNew) unless opts set one.
-func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule grpclimit.ConcurrencyRule, opts ...grpclimit.Option) *grpclimit.Limiter {
+func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule grpclimit.ConcurrencyRule, opts ...enforce.Option) *grpclimit.Limiter {
 	t.Helper()
-	opts = append([]grpclimit.Option{grpclimit.WithTimeout(10 * time.Second)}, opts...)
+	opts = append([]enforce.Option{enforce.WithTimeout(10 * time.Second)}, opts...)
 	c, err := grpclimit.Concurrency(store, rule, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -360,8 +360,8 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	logs := &testkit.Logs{}
 	for _, mode := range []enforce.FailureMode{enforce.FailOpen, enforce.FailClosed} {
 		conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
-			grpclimit.WithTimeout(time.Second), grpclimit.WithFailClosedRetryAfter(2*time.Second),
-			grpclimit.WithLogger(slog.New(logs)), grpclimit.WithLogInterval(time.Hour))
+			enforce.WithTimeout(time.Second), enforce.WithFailClosedRetryAfter(2*time.Second),
+			enforce.WithLogger(slog.New(logs)), enforce.WithLogInterval(time.Hour))
 		clients[mode] = serveConc(t, conc, svc)
 	}
 	if err := srv.Stop(); err != nil {
@@ -458,7 +458,7 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	conc := mustConcurrency(t, st, grpclimit.ConcurrencyRule{Name: "watch", Key: byTenant, Max: 1, Lease: 200 * time.Millisecond},
-		grpclimit.WithTimeout(time.Second), grpclimit.WithLogger(slog.New(logs)), grpclimit.WithLogInterval(time.Hour))
+		enforce.WithTimeout(time.Second), enforce.WithLogger(slog.New(logs)), enforce.WithLogInterval(time.Hour))
 	c := serveConc(t, conc, &healthService{watch: func(stream healthpb.Health_WatchServer) error {
 		if err := srv.Stop(); err != nil {
 			t.Error(err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -28,7 +29,7 @@ func ExampleConcurrency() {
 			return "", false
 		},
 		Max: 1,
-	}, grpclimit.WithTimeout(0)) // memorystore never waits
+	}, enforce.WithTimeout(0)) // memorystore never waits
 	if err != nil {
 		log.Fatal(err)
 	}

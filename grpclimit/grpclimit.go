@@ -38,14 +38,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -187,67 +185,8 @@ type Limiter struct {
 	hide     []string   // the Settle trailers kept from clients
 }
 
-// Option configures a Limiter.
-type Option func(*options)
-
-// options are what the Options set: the rule machinery's, which every door
-// shares.
-type options struct {
-	shared []ruleset.Option
-}
-
-func shared(o ruleset.Option) Option {
-	return func(os *options) { os.shared = append(os.shared, o) }
-}
-
-func newOptions(opts []Option) options {
-	var o options
-	for _, f := range opts {
-		f(&o)
-	}
-	return o
-}
-
-// WithTimeout bounds the store calls of each call's rules, together, with a
-// deadline of d (default enforce.DefaultTimeout, 50 ms), or the client's
-// own deadline less a reserve for the answer when that comes sooner, so
-// that a slow or hung Redis cannot hold calls; past it each rule's failure
-// mode applies, without further store calls. Calls starting within
-// d/8 (at most 1 ms) of each other share one timer. 0 removes the deadline
-// (for memorystore, which never waits).
-func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
-
-// WithClientIP finds client addresses with r: behind trusted proxies, from
-// the metadata key named by r.Header(), lower-cased ("x-forwarded-for").
-func WithClientIP(r *clientip.Resolver) Option { return shared(ruleset.WithClientIP(r)) }
-
-// WithHeaders selects the header flavours sent as response metadata
-// (default headers.Draft).
-func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)) }
-
-// WithRegistry registers the metrics (tollgate_grpc_decisions_total,
-// tollgate_grpc_store_duration_seconds, tollgate_grpc_store_errors_total,
-// and for rules that settle tollgate_grpc_bad_costs_total) on reg. Two
-// Limiters on one registry clash: wrap it for each, as
-// prometheus.WrapRegistererWith(prometheus.Labels{"limiter": name}, reg).
-func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
-
-// WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
-
-// WithLogInterval logs store failures at most once per d (default
-// enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
-
-// WithFailClosedRetryAfter sets the RetryInfo delay of a fail-closed
-// UNAVAILABLE (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option {
-	return shared(ruleset.WithFailClosedRetryAfter(d))
-}
-
 // New returns a Limiter applying rules against store.
-func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
-	o := newOptions(opts)
+func New(store tollgate.Store, rules []Rule, opts ...enforce.Option) (*Limiter, error) {
 	specs := make([]ruleset.Spec[call], len(rules))
 	settlers := make([]*settler, len(rules))
 	var hide []string
@@ -267,7 +206,7 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := ruleset.NewRules("grpclimit", "grpc", store, Peer().k, specs, o.shared...)
+	rs, err := ruleset.NewRules("grpclimit", "grpc", store, Peer().k, specs, ruleset.Resolve(opts))
 	if err != nil {
 		return nil, err
 	}

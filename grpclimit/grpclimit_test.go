@@ -66,9 +66,9 @@ func serve(t *testing.T, lim *grpclimit.Limiter) healthpb.HealthClient {
 // mustNew makes a Limiter with a generous store deadline (a first call to a
 // fresh Redis client dials and loads a script, which on a loaded machine can
 // take longer than the 50 ms default), unless opts set one.
-func mustNew(t *testing.T, store tollgate.Store, rules []grpclimit.Rule, opts ...grpclimit.Option) *grpclimit.Limiter {
+func mustNew(t *testing.T, store tollgate.Store, rules []grpclimit.Rule, opts ...enforce.Option) *grpclimit.Limiter {
 	t.Helper()
-	opts = append([]grpclimit.Option{grpclimit.WithTimeout(10 * time.Second)}, opts...)
+	opts = append([]enforce.Option{enforce.WithTimeout(10 * time.Second)}, opts...)
 	lim, err := grpclimit.New(store, rules, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestPeerAndSpoofing(t *testing.T) {
 		t.Errorf("untrusted peer: %v, want %v (spoofed metadata ignored)", got, want)
 	}
 	trusted := serve(t, mustNew(t, memorystore.New(), rules,
-		grpclimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("127.0.0.1")))))
+		enforce.WithClientIP(clientip.MustNew(clientip.TrustProxies("127.0.0.1")))))
 	got = calls(trusted, "6.6.6.1, 203.0.113.7", "6.6.6.2, 203.0.113.7", "6.6.6.3, 203.0.113.7", "203.0.113.8")
 	if want := []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted, codes.OK}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("trusted proxy: %v, want %v", got, want)
@@ -253,7 +253,7 @@ func TestClock(t *testing.T) {
 	lim := mustNew(t, memorystore.New(memorystore.WithClock(c.Now)), []grpclimit.Rule{{
 		Name:     "health",
 		Policies: []enforce.Policy{{Name: "checks", Limit: tollgate.PerMinute(2)}},
-	}}, grpclimit.WithHeaders(headers.XRateLimit), grpclimit.WithClock(c.Now))
+	}}, enforce.WithHeaders(headers.XRateLimit), grpclimit.WithClock(c.Now))
 	md, err := check(context.Background(), serve(t, lim), nil)
 	if err != nil {
 		t.Fatal(err)

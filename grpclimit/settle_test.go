@@ -211,7 +211,7 @@ func TestSettle(t *testing.T) {
 					t.Run(b.Name, func(t *testing.T) {
 						reg := prometheus.NewRegistry()
 						lim := mustNew(t, b.New(t, newClock().Now), []grpclimit.Rule{genRule(tc.settle)},
-							grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(&testkit.Logs{})))
+							enforce.WithRegistry(reg), enforce.WithLogger(slog.New(&testkit.Logs{})))
 						conn := serveGen(t, lim, nil)
 						header, tr, _ := callGen(conn, stream, tc.md)
 						if got := remainingOf(t, header, "tokens"); got != 6 {
@@ -337,7 +337,7 @@ func TestSettleStoreFails(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			logs := &testkit.Logs{}
 			lim := mustNew(t, redisstore.New(srv.Client(t)), []grpclimit.Rule{genRule(&grpclimit.Settle{Trailer: "x-tokens-used"})},
-				grpclimit.WithTimeout(3*time.Second), grpclimit.WithRegistry(reg), grpclimit.WithLogger(slog.New(logs)))
+				enforce.WithTimeout(3*time.Second), enforce.WithRegistry(reg), enforce.WithLogger(slog.New(logs)))
 			conn := serveGen(t, lim, func() {
 				if err := tc.fail(srv); err != nil {
 					t.Error(err)

@@ -26,14 +26,14 @@ func TestAllocsPerRequest(t *testing.T) {
 	defer cancel()
 	for _, tc := range []struct {
 		name string
-		opts []httplimit.Option
+		opts []enforce.Option
 		ctx  context.Context
 		want float64
 	}{
 		{"default options", nil, context.Background(), 3},
 		{"caller's deadline after the shared one", nil, far, 3},
-		{"no deadline", []httplimit.Option{httplimit.WithTimeout(0)}, context.Background(), 3},
-		{"every header flavour", []httplimit.Option{httplimit.WithHeaders(headers.Draft | headers.RateLimitFields | headers.XRateLimit)}, context.Background(), 3},
+		{"no deadline", []enforce.Option{enforce.WithTimeout(0)}, context.Background(), 3},
+		{"every header flavour", []enforce.Option{enforce.WithHeaders(headers.Draft | headers.RateLimitFields | headers.XRateLimit)}, context.Background(), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{

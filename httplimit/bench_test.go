@@ -61,11 +61,11 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	for _, tc := range []struct {
 		name string
-		opts []httplimit.Option
+		opts []enforce.Option
 	}{
 		{"middleware", nil},
-		{"middleware-no-deadline", []httplimit.Option{httplimit.WithTimeout(0)}},
-		{"middleware-all-flavors", []httplimit.Option{httplimit.WithHeaders(headers.Draft | headers.RateLimitFields | headers.XRateLimit)}},
+		{"middleware-no-deadline", []enforce.Option{enforce.WithTimeout(0)}},
+		{"middleware-all-flavors", []enforce.Option{enforce.WithHeaders(headers.Draft | headers.RateLimitFields | headers.XRateLimit)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{

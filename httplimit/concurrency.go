@@ -80,7 +80,7 @@ type concurrency struct {
 //
 // Put the rate limits first, lim.Handler(conc.Handler(mux)), so that a client
 // over its rate is answered without a store call for a slot.
-func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...Option) (*Limiter, error) {
+func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...enforce.Option) (*Limiter, error) {
 	c, err := newConcurrency(store, rule, opts)
 	if err != nil {
 		return nil, err
@@ -88,19 +88,16 @@ func Concurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts ...
 	return &Limiter{conc: c}, nil
 }
 
-func newConcurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts []Option) (*concurrency, error) {
-	o := options{reject: WriteProblem}
-	for _, f := range opts {
-		f(&o)
-	}
-	slots, err := ruleset.NewSlots("httplimit", store, rule.Name, rule.Max, rule.Lease, rule.FailureMode, o.shared...)
+func newConcurrency(store tollgate.ConcurrencyStore, rule ConcurrencyRule, opts []enforce.Option) (*concurrency, error) {
+	set := ruleset.Resolve(opts)
+	slots, err := ruleset.NewSlots("httplimit", store, rule.Name, rule.Max, rule.Lease, rule.FailureMode, set)
 	if err != nil {
 		return nil, err
 	}
 	if rule.Key == nil {
 		return nil, fmt.Errorf("httplimit: concurrency rule %q: no Key", rule.Name)
 	}
-	c := &concurrency{slots: slots, match: rule.Match, key: rule.Key, reject: o.reject}
+	c := &concurrency{slots: slots, match: rule.Match, key: rule.Key, reject: rejecter(set)}
 	if rule.Pattern != "" {
 		if c.pat, err = parsePattern(rule.Pattern); err != nil {
 			return nil, fmt.Errorf("httplimit: concurrency rule %q: %w", rule.Name, err)

@@ -27,9 +27,9 @@ import (
 
 // mustConcurrency makes concurrency middleware whose store deadline is
 // generous (see mustNew) unless opts set one.
-func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule httplimit.ConcurrencyRule, opts ...httplimit.Option) func(http.Handler) http.Handler {
+func mustConcurrency(t *testing.T, store tollgate.ConcurrencyStore, rule httplimit.ConcurrencyRule, opts ...enforce.Option) func(http.Handler) http.Handler {
 	t.Helper()
-	opts = append([]httplimit.Option{httplimit.WithTimeout(10 * time.Second)}, opts...)
+	opts = append([]enforce.Option{enforce.WithTimeout(10 * time.Second)}, opts...)
 	mw, err := httplimit.Concurrency(store, rule, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestConcurrencyRedisStopped(t *testing.T) {
 	logs := &testkit.Logs{}
 	for _, mode := range []enforce.FailureMode{enforce.FailOpen, enforce.FailClosed} {
 		handlers[mode] = mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export-" + mode.String(), Key: byTenant, Max: 1, FailureMode: mode},
-			httplimit.WithTimeout(time.Second), httplimit.WithLogger(slog.New(logs)), httplimit.WithLogInterval(time.Hour))(okHandler)
+			enforce.WithTimeout(time.Second), enforce.WithLogger(slog.New(logs)), enforce.WithLogInterval(time.Hour))(okHandler)
 	}
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -301,7 +301,7 @@ func TestConcurrencyRenewalFails(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	h := mustConcurrency(t, st, httplimit.ConcurrencyRule{Name: "export", Key: byTenant, Max: 1, Lease: 200 * time.Millisecond},
-		httplimit.WithTimeout(time.Second), httplimit.WithLogger(slog.New(logs)), httplimit.WithLogInterval(time.Hour))(
+		enforce.WithTimeout(time.Second), enforce.WithLogger(slog.New(logs)), enforce.WithLogInterval(time.Hour))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := srv.Stop(); err != nil {
 				t.Error(err)

@@ -25,7 +25,7 @@ func Example_perIPBehindProxy() {
 			{Name: "burst", Limit: tollgate.PerSecond(2)},
 			{Name: "daily", Limit: tollgate.PerDay(10_000)},
 		},
-	}}, httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
+	}}, enforce.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
 	if err != nil {
 		panic(err)
 	}

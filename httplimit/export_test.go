@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/door/ruleset"
+	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/settings"
 )
 
 // SetWait replaces how shaped requests wait, so that tests can record the
@@ -13,4 +14,6 @@ func SetWait(l *Limiter, f func(context.Context, time.Duration) error) { l.wait 
 
 // WithClock sets the clock X-RateLimit-Reset is computed from and failure
 // logs are paced by (default time.Now).
-func WithClock(now func() time.Time) Option { return shared(ruleset.WithClock(now)) }
+func WithClock(now func() time.Time) enforce.Option {
+	return func(s *settings.Door) { s.Now = now }
+}

@@ -20,19 +20,19 @@ import (
 
 // failureLimiter limits /open (fail-open) and /closed (fail-closed) on a
 // Redis server of the test's own, so that the test can stop it.
-func failureLimiter(t *testing.T, srv *redistest.Server, opts ...httplimit.Option) (http.Handler, *prometheus.Registry, *testkit.Logs) {
+func failureLimiter(t *testing.T, srv *redistest.Server, opts ...enforce.Option) (http.Handler, *prometheus.Registry, *testkit.Logs) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	logs := &testkit.Logs{}
 	limit := []enforce.Policy{{Name: "p", Limit: tollgate.PerMinute(100)}}
-	opts = append([]httplimit.Option{
+	opts = append([]enforce.Option{
 		// Long enough for a first call on a busy machine, short enough that
 		// the calls made while Redis is down give up before go-redis has
 		// retried its dials for seconds.
-		httplimit.WithTimeout(time.Second),
-		httplimit.WithRegistry(reg),
-		httplimit.WithLogger(slog.New(logs)),
-		httplimit.WithLogInterval(time.Hour), // one record, then counted
+		enforce.WithTimeout(time.Second),
+		enforce.WithRegistry(reg),
+		enforce.WithLogger(slog.New(logs)),
+		enforce.WithLogInterval(time.Hour), // one record, then counted
 	}, opts...)
 	lim := mustNew(t, redisstore.New(srv.Client(t)), []httplimit.Rule{
 		{Name: "open", Pattern: "/open", FailureMode: enforce.FailOpen, Policies: limit},
@@ -125,7 +125,7 @@ func TestRedisStopped(t *testing.T) {
 func TestRedisPaused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.NewServer(t)
-	h, reg, logs := failureLimiter(t, srv, httplimit.WithTimeout(100*time.Millisecond), httplimit.WithLogInterval(0))
+	h, reg, logs := failureLimiter(t, srv, enforce.WithTimeout(100*time.Millisecond), enforce.WithLogInterval(0))
 	if w := do(h, "GET", "/open", "192.0.2.1:1", nil); w.Code != 200 {
 		t.Fatalf("Redis up: %d", w.Code)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -36,9 +37,9 @@ func eachBackend(t *testing.T, f func(t *testing.T, b testkit.Store)) {
 // to a fresh Redis client dials and loads a script, which on a loaded CI
 // machine can take longer than the 50 ms default — unless opts set one: the
 // tests about deadlines do.
-func mustNew(t *testing.T, store tollgate.Store, rules []httplimit.Rule, opts ...httplimit.Option) *httplimit.Limiter {
+func mustNew(t *testing.T, store tollgate.Store, rules []httplimit.Rule, opts ...enforce.Option) *httplimit.Limiter {
 	t.Helper()
-	opts = append([]httplimit.Option{httplimit.WithTimeout(10 * time.Second)}, opts...)
+	opts = append([]enforce.Option{enforce.WithTimeout(10 * time.Second)}, opts...)
 	lim, err := httplimit.New(store, rules, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@
 //	lim, err := httplimit.New(store, []httplimit.Rule{{
 //		Name:     "api",
 //		Policies: []enforce.Policy{{Name: "burst", Limit: tollgate.PerSecond(10)}, {Name: "daily", Limit: tollgate.PerDay(10000)}},
-//	}}, httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
+//	}}, enforce.WithClientIP(clientip.MustNew(clientip.TrustProxies("10.0.0.0/8"))))
 //	http.ListenAndServe(":8080", lim.Handler(mux))
 //
 // Limiter.Handler has the shape func(http.Handler) http.Handler, so it wraps
@@ -62,13 +62,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
@@ -76,6 +73,7 @@ import (
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/door/ruleset"
+	"github.com/tollgate/tollgate/internal/door/settings"
 )
 
 // Rule says which requests to limit, by what key, under which limits, and
@@ -157,73 +155,25 @@ type call struct {
 	ips *clientip.Resolver
 }
 
-// options are what the Options set: the rule machinery's, shared with every
-// transport, the rejection handler, and a copy of the settings a
-// concurrency limit reads (the rule machinery's are not visible here).
-type options struct {
-	shared []ruleset.Option
-	reject func(http.ResponseWriter, *http.Request, Rejection)
-}
-
-// Option configures a Limiter.
-type Option func(*options)
-
-func shared(o ruleset.Option) Option {
-	return func(os *options) { os.shared = append(os.shared, o) }
-}
-
-// WithTimeout bounds the store calls of each request's rules, together,
-// with a deadline of d (default enforce.DefaultTimeout, 50 ms), or the
-// request context's own deadline less a reserve when that comes sooner, so
-// that a slow or hung Redis cannot hold requests; past it each rule's
-// failure mode applies, without further store calls. Requests starting
-// within d/8 (at most 1 ms) of each other share one timer. 0 removes the
-// deadline (for memorystore, which never waits).
-func WithTimeout(d time.Duration) Option { return shared(ruleset.WithTimeout(d)) }
-
-// WithClientIP finds client addresses with r: set it to trust your proxies'
-// forwarding headers. Without it the client is the peer address.
-func WithClientIP(r *clientip.Resolver) Option { return shared(ruleset.WithClientIP(r)) }
-
-// WithHeaders selects the header flavours set on every response (default
-// headers.Draft: RateLimit-Policy and RateLimit). Retry-After is set on every
-// rejection whatever the flavour.
-func WithHeaders(f headers.Flavor) Option { return shared(ruleset.WithHeaders(f)) }
-
-// WithRegistry registers the metrics (tollgate_http_decisions_total,
-// tollgate_http_store_duration_seconds, tollgate_http_store_errors_total,
-// and for rules that settle tollgate_http_bad_costs_total) on reg. Without
-// it nothing is recorded. Two Limiters on one registry clash: wrap it for
-// each, as prometheus.WrapRegistererWith(prometheus.Labels{"limiter": name}, reg).
-func WithRegistry(reg prometheus.Registerer) Option { return shared(ruleset.WithRegistry(reg)) }
-
-// WithLogger logs store failures to lg (default slog.Default()).
-func WithLogger(lg *slog.Logger) Option { return shared(ruleset.WithLogger(lg)) }
-
-// WithLogInterval logs store failures at most once per d (default
-// enforce.DefaultLogInterval, 10 s).
-func WithLogInterval(d time.Duration) Option { return shared(ruleset.WithLogInterval(d)) }
-
-// WithFailClosedRetryAfter sets the Retry-After of a fail-closed 503
-// (default 1 s).
-func WithFailClosedRetryAfter(d time.Duration) Option {
-	return shared(ruleset.WithFailClosedRetryAfter(d))
-}
-
 // WithRejectHandler writes rejections with f instead of the default
 // problem+json body. The rate-limit headers and Retry-After are already set
 // when f runs; f writes the status and body.
-func WithRejectHandler(f func(http.ResponseWriter, *http.Request, Rejection)) Option {
-	return func(os *options) { os.reject = f }
+func WithRejectHandler(f func(http.ResponseWriter, *http.Request, Rejection)) enforce.Option {
+	return func(s *settings.Door) { s.Reject = f }
+}
+
+// rejecter is the rejection handler opts set, or WriteProblem.
+func rejecter(set settings.Door) func(http.ResponseWriter, *http.Request, Rejection) {
+	if f, ok := set.Reject.(func(http.ResponseWriter, *http.Request, Rejection)); ok && f != nil {
+		return f
+	}
+	return WriteProblem
 }
 
 // New returns a Limiter applying rules against store. It checks every rule
 // and every static policy, and returns the first problem.
-func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
-	o := options{reject: WriteProblem}
-	for _, f := range opts {
-		f(&o)
-	}
+func New(store tollgate.Store, rules []Rule, opts ...enforce.Option) (*Limiter, error) {
+	set := ruleset.Resolve(opts)
 	specs := make([]ruleset.Spec[call], len(rules))
 	settlers := make([]*settler, len(rules))
 	var hide []string
@@ -243,11 +193,11 @@ func New(store tollgate.Store, rules []Rule, opts ...Option) (*Limiter, error) {
 		}
 		specs[i] = s
 	}
-	rs, err := ruleset.NewRules("httplimit", "http", store, ClientIP().k, specs, o.shared...)
+	rs, err := ruleset.NewRules("httplimit", "http", store, ClientIP().k, specs, set)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{rules: rs, reject: o.reject, wait: rs.Sleep, settlers: settlers, hide: hide}, nil
+	return &Limiter{rules: rs, reject: rejecter(set), wait: rs.Sleep, settlers: settlers, hide: hide}, nil
 }
 
 // spec is cfg in the terms of the shared rule machinery: its matching, and its funcs seeing the

@@ -34,7 +34,7 @@ func TestHeadersAndDenial(t *testing.T) {
 		lim := mustNew(t, b.New(t, c.Now), []httplimit.Rule{{
 			Name:     "api",
 			Policies: []enforce.Policy{{Name: "per-minute", Limit: limit}},
-		}}, httplimit.WithHeaders(headers.Draft|headers.RateLimitFields|headers.XRateLimit), httplimit.WithClock(c.Now))
+		}}, enforce.WithHeaders(headers.Draft|headers.RateLimitFields|headers.XRateLimit), httplimit.WithClock(c.Now))
 		srv := httptest.NewServer(lim.Handler(okHandler))
 		defer srv.Close()
 
@@ -157,7 +157,7 @@ func TestSpoofing(t *testing.T) {
 			// address it appended; what the client wrote to its left is
 			// ignored.
 			lim := mustNew(t, b.New(t, newClock().Now), rules,
-				httplimit.WithClientIP(clientip.MustNew(clientip.TrustProxies("127.0.0.0/8"))))
+				enforce.WithClientIP(clientip.MustNew(clientip.TrustProxies("127.0.0.0/8"))))
 			srv := httptest.NewServer(lim.Handler(okHandler))
 			defer srv.Close()
 			var got []int
@@ -254,7 +254,7 @@ func TestSeveralPolicies(t *testing.T) {
 				{Name: "burst", Limit: tollgate.PerSecond(2)},
 				{Name: "hourly", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: time.Hour}},
 			},
-		}}, httplimit.WithHeaders(headers.Draft|headers.RateLimitFields))
+		}}, enforce.WithHeaders(headers.Draft|headers.RateLimitFields))
 		h := lim.Handler(okHandler)
 		var codes []int
 		var last *httptest.ResponseRecorder
@@ -299,7 +299,7 @@ func TestDryRun(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		lim := mustNew(t, b.New(t, newClock().Now), []httplimit.Rule{{
 			Name: "trial", DryRun: true, Policies: []enforce.Policy{{Name: "trial", Limit: tollgate.PerMinute(1)}},
-		}}, httplimit.WithRegistry(reg))
+		}}, enforce.WithRegistry(reg))
 		h := lim.Handler(okHandler)
 		do(h, "GET", "/", "192.0.2.1:1", nil)
 		w := do(h, "GET", "/", "192.0.2.1:1", nil)
@@ -552,7 +552,7 @@ func TestMetricsRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{{
 		Name: "api", Policies: []enforce.Policy{{Name: "p", Limit: tollgate.PerMinute(1)}},
-	}}, httplimit.WithRegistry(reg))
+	}}, enforce.WithRegistry(reg))
 	h := lim.Handler(okHandler)
 	do(h, "GET", "/", "192.0.2.1:1", nil)
 	do(h, "GET", "/", "192.0.2.1:1", nil)
@@ -572,11 +572,11 @@ func TestMetricsRegistry(t *testing.T) {
 		}
 	}
 	// A second Limiter on the same registry must share metrics, not clash.
-	if _, err := httplimit.New(memorystore.New(), nil, httplimit.WithRegistry(reg)); err == nil {
+	if _, err := httplimit.New(memorystore.New(), nil, enforce.WithRegistry(reg)); err == nil {
 		t.Error("a second registration on one registry did not fail")
 	}
 	var already prometheus.AlreadyRegisteredError
-	_, err = httplimit.New(memorystore.New(), nil, httplimit.WithRegistry(reg))
+	_, err = httplimit.New(memorystore.New(), nil, enforce.WithRegistry(reg))
 	if !errors.As(err, &already) {
 		t.Errorf("error %v does not wrap AlreadyRegisteredError", err)
 	}

@@ -204,7 +204,7 @@ func TestSettleBadValues(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			logs := &testkit.Logs{}
 			lim := mustNew(t, memorystore.New(), []httplimit.Rule{tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"})},
-				httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(logs)))
+				enforce.WithRegistry(reg), enforce.WithLogger(slog.New(logs)))
 			h := lim.Handler(meteredHandler)
 			w, got := settleThenLook(t, lim, h, "/?"+tc.query)
 			if w.Code != 200 {
@@ -240,7 +240,7 @@ func TestSettleFuncNegative(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	lim := mustNew(t, memorystore.New(), []httplimit.Rule{tokenRule(&httplimit.Settle{
 		Func: func(int, http.Header) (int, bool) { return -1, true },
-	})}, httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(&testkit.Logs{})))
+	})}, enforce.WithRegistry(reg), enforce.WithLogger(slog.New(&testkit.Logs{})))
 	if _, got := settleThenLook(t, lim, lim.Handler(meteredHandler), "/"); got != 6 {
 		t.Errorf("remaining after the settle = %d, want 6: the estimate", got)
 	}
@@ -473,7 +473,7 @@ func TestSettleStoreFails(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			logs := &testkit.Logs{}
 			lim := mustNew(t, redisstore.New(srv.Client(t)), []httplimit.Rule{tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"})},
-				httplimit.WithTimeout(3*time.Second), httplimit.WithRegistry(reg), httplimit.WithLogger(slog.New(logs)))
+				enforce.WithTimeout(3*time.Second), enforce.WithRegistry(reg), enforce.WithLogger(slog.New(logs)))
 			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := tc.fail(srv); err != nil {
 					t.Error(err)

@@ -150,7 +150,7 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 		Settle: &httplimit.Settle{Header: "X-Tokens-Used", Refund: func(status int) bool {
 			return status == http.StatusTooManyRequests || httplimit.ServerError(status)
 		}},
-	}}, httplimit.WithRegistry(reg), httplimit.WithLogger(logger), httplimit.WithTimeout(200*time.Millisecond))
+	}}, enforce.WithRegistry(reg), enforce.WithLogger(logger), enforce.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -159,7 +159,7 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 		Pattern: "POST /v1/completions",
 		Key:     tenant,
 		Max:     c.concurrent,
-	}, httplimit.WithLogger(logger), httplimit.WithTimeout(200*time.Millisecond))
+	}, enforce.WithLogger(logger), enforce.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -167,7 +167,7 @@ func newHandler(store *redisstore.Store, c config, reg *prometheus.Registry, log
 	mux.Handle("POST /v1/completions", generator{tokenDelay: c.tokenDelay})
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // not limited
-	root.Handle("/", lim.Handler(conc.Handler(mux)))                                      // the rate first: it rejects without a slot
+	root.Handle("/", lim.Handler(conc.Handler(mux)))                              // the rate first: it rejects without a slot
 	return root, lim, nil
 }
 

@@ -122,7 +122,7 @@ func newLimiter(store tollgate.Store, trust, flavor string, reg *prometheus.Regi
 	if err != nil {
 		return nil, err
 	}
-	return httplimit.New(store, rules(), httplimit.WithClientIP(ips), httplimit.WithHeaders(fl), httplimit.WithRegistry(reg), httplimit.WithLogger(logger))
+	return httplimit.New(store, rules(), enforce.WithClientIP(ips), enforce.WithHeaders(fl), enforce.WithRegistry(reg), enforce.WithLogger(logger))
 }
 
 // rules are the service's limits. Unlike ServeMux's patterns, every rule

@@ -2,24 +2,31 @@ package ruleset
 
 import (
 	"context"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/settings"
 )
 
 // TestEngine is the engine under the decision loop of Rules, made from
 // Rules' options, for the external tests.
 type TestEngine struct {
 	e   *engine.Engine
-	set settings
+	set settings.Door
 }
 
 // New returns the engine Rules would make from store and opts.
-func New(store tollgate.Store, opts ...Option) *TestEngine {
-	set := newSettings(opts)
+func New(store tollgate.Store, opts ...enforce.Option) *TestEngine {
+	set := Resolve(opts)
 	return &TestEngine{e: newEngine(store, set), set: set}
+}
+
+// WithClock sets the clock that paces failure logs.
+func WithClock(now func() time.Time) enforce.Option {
+	return func(s *settings.Door) { s.Now = now }
 }
 
 // TestRule is a prepared rule on an engine.

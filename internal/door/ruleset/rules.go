@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/settings"
 	"github.com/tollgate/tollgate/internal/door/storekey"
 )
 
@@ -51,7 +52,7 @@ type Spec[Req any] struct {
 type Rules[Req any] struct {
 	rules   []prepared[Req]
 	engine  *engine.Engine
-	set     settings
+	set     settings.Door
 	pkg     string // starts error messages
 	settles bool   // some rule settles
 	// badLog paces the logs of unusable real costs, apart from store
@@ -70,27 +71,28 @@ type prepared[Req any] struct {
 	r            *rule
 }
 
-// NewRules prepares specs against store with opts: it checks every rule
-// and every static policy and returns the first problem, its message
-// starting with pkg. Metrics registered through WithRegistry are named
-// tollgate_<subsystem>_…; a Spec's zero Key means def.
-func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req], specs []Spec[Req], opts ...Option) (*Rules[Req], error) {
+// NewRules prepares specs against store under the door's settings set (see
+// Resolve): it checks every rule and every static policy and returns the
+// first problem, its message starting with pkg. Metrics registered on
+// set.Registry are named tollgate_<subsystem>_…; a Spec's zero Key means
+// def.
+func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req], specs []Spec[Req], set settings.Door) (*Rules[Req], error) {
 	if store == nil {
 		return nil, errors.New(pkg + ": nil store")
 	}
-	set := newSettings(opts)
-	if set.metrics == nil && set.registry != nil {
-		m, err := NewMetrics(set.registry, subsystem)
+	var metrics *Metrics
+	if set.Registry != nil {
+		m, err := NewMetrics(set.Registry, subsystem)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pkg, err)
 		}
-		set.metrics = m
+		metrics = m
 	}
 	rs := &Rules[Req]{engine: newEngine(store, set), set: set, pkg: pkg}
-	rs.badLog.Every = set.logEvery
+	rs.badLog.Every = set.LogEvery
 	seen := map[string]bool{}
 	for _, s := range specs {
-		p, err := prepare(set.metrics, def, s)
+		p, err := prepare(metrics, def, s)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pkg, err)
 		}
@@ -207,14 +209,14 @@ func (rs *Rules[Req]) Settles() bool { return rs.settles }
 
 // Flavor is the header flavours set with WithHeaders (default
 // headers.Draft).
-func (rs *Rules[Req]) Flavor() headers.Flavor { return rs.set.flavor }
+func (rs *Rules[Req]) Flavor() headers.Flavor { return rs.set.Flavor }
 
 // FailClosedRetryAfter is when a client turned away by a fail-closed rule
 // should come back (WithFailClosedRetryAfter, default 1 s).
-func (rs *Rules[Req]) FailClosedRetryAfter() time.Duration { return rs.set.failRetryAfter }
+func (rs *Rules[Req]) FailClosedRetryAfter() time.Duration { return rs.set.FailRetryAfter }
 
 // Now reads the clock set with WithClock (default time.Now).
-func (rs *Rules[Req]) Now() time.Time { return rs.set.now() }
+func (rs *Rules[Req]) Now() time.Time { return rs.set.Now() }
 
 // Sleep waits d, the shaping delay of an admitted request, or until ctx
 // ends. It gives up at once when ctx's deadline is sooner than d: the
@@ -239,4 +241,4 @@ func (rs *Rules[Req]) Sleep(ctx context.Context, d time.Duration) error {
 
 // ClientIP is the resolver set with WithClientIP (default: the peer
 // address).
-func (rs *Rules[Req]) ClientIP() *clientip.Resolver { return rs.set.ips }
+func (rs *Rules[Req]) ClientIP() *clientip.Resolver { return rs.set.ClientIP }

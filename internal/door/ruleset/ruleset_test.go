@@ -26,7 +26,7 @@ type ctxKey struct{}
 // internal/guard (tested there), or by a sooner deadline of the caller's.
 func TestSharedDeadline(t *testing.T) {
 	t.Parallel()
-	e := ruleset.New(memorystore.New(), ruleset.WithTimeout(80*time.Millisecond))
+	e := ruleset.New(memorystore.New(), enforce.WithTimeout(80*time.Millisecond))
 	parent := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 	start := time.Now()
 	ctx, done := e.Deadline(parent)
@@ -77,7 +77,7 @@ func TestSharedDeadlineBounds(t *testing.T) {
 			return context.WithTimeout(context.Background(), time.Hour)
 		}},
 	} {
-		e := ruleset.New(memorystore.New(), ruleset.WithTimeout(tc.timeout))
+		e := ruleset.New(memorystore.New(), enforce.WithTimeout(tc.timeout))
 		base, cancel := tc.parent()
 		defer cancel()
 		parent := context.WithValue(base, ctxKey{}, "trace-1")
@@ -145,7 +145,7 @@ func TestFailureLogRateLimited(t *testing.T) {
 	}
 	logs := &testkit.Logs{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	e := ruleset.New(redisstore.New(client), ruleset.WithLogger(slog.New(logs)), ruleset.WithLogInterval(10*time.Second),
+	e := ruleset.New(redisstore.New(client), enforce.WithLogger(slog.New(logs)), enforce.WithLogInterval(10*time.Second),
 		ruleset.WithClock(func() time.Time { return now }))
 	r, err := e.Rule("api", enforce.FailOpen, false)
 	if err != nil {
@@ -242,7 +242,7 @@ func TestOneTimeoutPerRequest(t *testing.T) {
 	policies := []enforce.Policy{{Name: "second", Limit: tollgate.PerSecond(10)}, {Name: "day", Limit: tollgate.PerDay(1000)}}
 	rules, err := ruleset.NewRules("test", "t", redisstore.New(client), key, []ruleset.Spec[int]{
 		{Name: "a", Policies: policies}, {Name: "b", Policies: policies},
-	}, ruleset.WithTimeout(50*time.Millisecond), ruleset.WithRegistry(reg), ruleset.WithLogger(slog.New(&testkit.Logs{})))
+	}, ruleset.Resolve([]enforce.Option{enforce.WithTimeout(50 * time.Millisecond), enforce.WithRegistry(reg), enforce.WithLogger(slog.New(&testkit.Logs{}))}))
 	if err != nil {
 		t.Fatal(err)
 	}

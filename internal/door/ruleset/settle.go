@@ -131,11 +131,11 @@ func (rs *Rules[Req]) badCost(ctx context.Context, rule int, err error) {
 	if r.m.badCosts != nil {
 		r.m.badCosts.Inc()
 	}
-	ok, skipped := rs.badLog.Allow(rs.set.now())
+	ok, skipped := rs.badLog.Allow(rs.set.Now())
 	if !ok {
 		return
 	}
-	rs.set.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: the response reported a cost that cannot be used; the estimate stands",
+	rs.set.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: the response reported a cost that cannot be used; the estimate stands",
 		slog.String("rule", r.name), slog.String("error", err.Error()), engine.Skipped(skipped))
 }
 

@@ -57,7 +57,7 @@ func TestParseCost(t *testing.T) {
 // settleRules makes rules over requests of type int (the request's
 // estimate) that settle under a token bucket of 10 a minute, keyed by one
 // tenant, then a rule that denies a request of estimate 3.
-func settleRules(t *testing.T, store tollgate.Store, opts ...ruleset.Option) *ruleset.Rules[int] {
+func settleRules(t *testing.T, store tollgate.Store, opts ...enforce.Option) *ruleset.Rules[int] {
 	t.Helper()
 	key := ruleset.FuncKey("tenant", func(int) (string, bool) { return "t1", true })
 	rules, err := ruleset.NewRules("test", "t", store, key, []ruleset.Spec[int]{
@@ -73,7 +73,7 @@ func settleRules(t *testing.T, store tollgate.Store, opts ...ruleset.Option) *ru
 			Policies: []enforce.Policy{{Name: "none", Limit: tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}}},
 			Cost:     func(int) int { return 2 }, // more than the burst: always denied
 		},
-	}, opts...)
+	}, ruleset.Resolve(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRulesSettle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			rules := settleRules(t, memorystore.New(), ruleset.WithRegistry(reg), ruleset.WithLogger(slog.New(&testkit.Logs{})))
+			rules := settleRules(t, memorystore.New(), enforce.WithRegistry(reg), enforce.WithLogger(slog.New(&testkit.Logs{})))
 			s := new(ruleset.Scratch)
 			v, _ := rules.Decide(context.Background(), tc.estimate, nil, s)
 			if got := v.Outcome.Blocks(); got != tc.blocked {
@@ -171,7 +171,7 @@ func TestRulesSettleNeedsSettler(t *testing.T) {
 	type plainStore struct{ tollgate.Store }
 	_, err := ruleset.NewRules("test", "t", plainStore{memorystore.New()}, ruleset.GlobalKey[int](), []ruleset.Spec[int]{
 		{Name: "tokens", Policies: []enforce.Policy{{Name: "minute", Limit: tollgate.PerMinute(10)}}, Settles: true},
-	})
+	}, ruleset.Resolve(nil))
 	if err == nil || !strings.HasPrefix(err.Error(), "test: ") || !strings.Contains(err.Error(), "plainStore cannot settle") {
 		t.Errorf("NewRules: %v, want a refusal naming the store", err)
 	}
@@ -185,7 +185,7 @@ func TestSettleStepFails(t *testing.T) {
 	srv := redistest.NewServer(t)
 	defer srv.Resume()
 	logs := &testkit.Logs{}
-	e := ruleset.New(redisstore.New(srv.Client(t)), ruleset.WithTimeout(2*time.Second), ruleset.WithLogger(slog.New(logs)))
+	e := ruleset.New(redisstore.New(srv.Client(t)), enforce.WithTimeout(2*time.Second), enforce.WithLogger(slog.New(logs)))
 	errs := prometheus.NewCounter(prometheus.CounterOpts{Name: "errors"})
 	timeouts := prometheus.NewCounter(prometheus.CounterOpts{Name: "timeouts"})
 	p := &engine.Point{Rule: "tokens", Errors: errs, Timeouts: timeouts}

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/settings"
 	"github.com/tollgate/tollgate/internal/door/storekey"
 	"github.com/tollgate/tollgate/internal/store/permit"
 )
@@ -34,7 +35,7 @@ type Slots struct {
 	lease     time.Duration
 	closed    bool
 	deadlines *engine.Deadlines // nil: only the caller's own deadline
-	set       settings
+	set       settings.Door
 	// One sampler per kind of store call, so that an outage of acquires
 	// does not hide the first failed renewal or release.
 	acquireLog, renewLog, releaseLog engine.Sampler
@@ -42,9 +43,9 @@ type Slots struct {
 
 // NewSlots checks a concurrency rule and prepares it; pkg starts the
 // messages of its errors. A zero lease is DefaultLease; FailDefault fails
-// open. opts are the transport's options: WithTimeout, WithLogger,
-// WithLogInterval, WithClock and WithFailClosedRetryAfter apply.
-func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int, lease time.Duration, mode enforce.FailureMode, opts ...Option) (*Slots, error) {
+// open. Of the door's settings set, the timeout, logger, log interval,
+// clock and fail-closed Retry-After apply.
+func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int, lease time.Duration, mode enforce.FailureMode, set settings.Door) (*Slots, error) {
 	if lease == 0 {
 		lease = DefaultLease
 	}
@@ -62,11 +63,11 @@ func NewSlots(pkg string, store tollgate.ConcurrencyStore, name string, max int,
 	if _, err := permit.CheckAcquire(name, max, lease); err != nil {
 		return nil, fmt.Errorf("%s: concurrency rule %q: %w", pkg, name, err)
 	}
-	s := &Slots{store: store, name: name, max: max, lease: lease, closed: mode == enforce.FailClosed, set: newSettings(opts)}
-	if s.set.timeout > 0 {
-		s.deadlines = engine.NewDeadlines(s.set.timeout)
+	s := &Slots{store: store, name: name, max: max, lease: lease, closed: mode == enforce.FailClosed, set: set}
+	if s.set.Timeout > 0 {
+		s.deadlines = engine.NewDeadlines(s.set.Timeout)
 	}
-	s.acquireLog.Every, s.renewLog.Every, s.releaseLog.Every = s.set.logEvery, s.set.logEvery, s.set.logEvery
+	s.acquireLog.Every, s.renewLog.Every, s.releaseLog.Every = s.set.LogEvery, s.set.LogEvery, s.set.LogEvery
 	return s, nil
 }
 
@@ -75,7 +76,7 @@ func (s *Slots) Name() string { return s.name }
 
 // FailClosedRetryAfter is when a client turned away by a fail-closed rule
 // whose store failed should come back (WithFailClosedRetryAfter).
-func (s *Slots) FailClosedRetryAfter() time.Duration { return s.set.failRetryAfter }
+func (s *Slots) FailClosedRetryAfter() time.Duration { return s.set.FailRetryAfter }
 
 // Take takes a slot for the request whose key value is value and whose
 // context is ctx. The outcome is Allowed (h holds the slot: call h.End when
@@ -197,11 +198,11 @@ func (h *Holding) End() {
 // logFailure logs a failed store call, at most once per log interval for
 // each kind of call, saying how many were left out.
 func (s *Slots) logFailure(ctx context.Context, smp *engine.Sampler, op, outcome string, err error) {
-	ok, skipped := smp.Allow(s.set.now())
+	ok, skipped := smp.Allow(s.set.Now())
 	if !ok {
 		return
 	}
-	s.set.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: concurrency store call failed",
+	s.set.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "tollgate: concurrency store call failed",
 		slog.String("rule", s.name), slog.String("call", op), slog.String("outcome", outcome),
 		slog.String("error", err.Error()), engine.Skipped(skipped))
 }
