@@ -10,6 +10,12 @@
 # the pipelined request, writing the reply); that part is the same for
 # every script. Needs valgrind, redis-server and redis-benchmark.
 #
+# The sliding window log's rows are the exception: its decisions read the
+# Redis server's time, and what a key's log holds when it is decided again
+# (entries still in the window, or none, the key expired) depends on how
+# fast the server under valgrind gets through the run. Two runs of the same
+# code differ by up to a tenth there; compare its rows over several runs.
+#
 #   cd bench && ./luacost.sh            # N=20000 decisions per script
 #   ONLY='^token_bucket' ./luacost.sh   # the rows whose name matches
 set -euo pipefail
