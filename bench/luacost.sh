@@ -10,6 +10,12 @@
 # the pipelined request, writing the reply); that part is the same for
 # every script. Needs valgrind, redis-server and redis-benchmark.
 #
+# The sliding window log's rows are the exception: its decisions read the
+# Redis server's time, and what a key's log holds when it is decided again
+# (entries still in the window, or none, the key expired) depends on how
+# fast the server under valgrind gets through the run. Two runs of the same
+# code differ by up to a tenth there; compare its rows over several runs.
+#
 #   cd bench && ./luacost.sh            # N=20000 decisions per script
 #   ONLY='^token_bucket' ./luacost.sh   # the rows whose name matches
 set -euo pipefail
@@ -50,26 +56,56 @@ measure() {
   printf '| %s | %s |\n' "$name" "$(( ir / (calls * k) ))"
 }
 script() { cat "$lua/lib.lua"; echo; cat "$lua/$1.lua"; }
+# An algorithm's file is its header (up to the first blank line), its state
+# functions, and its decide (from "local function decide(" on): above is
+# the first two, decide the last, state the state functions alone.
+above() { sed '/^local function decide(/,$d' "$lua/$1.lua"; }
+decide() { sed -n '/^local function decide(/,$p' "$lua/$1.lua"; }
+state() { above "$1" | sed '1,/^$/d'; }
+# settle_script is the settle's script as redisstore composes it
+# (composeSettle in redisstore/functions.go): lib.lua, then settle.lua with
+# the state functions of the file each "-- uses <file>:" line names after
+# that line.
+settle_script() {
+  cat "$lua/lib.lua"
+  echo
+  local line
+  while IFS= read -r line; do
+    printf '%s\n' "$line"
+    if [[ $line =~ ^[[:space:]]*--\ uses\ ([a-z_]+)\.lua:\  ]]; then
+      state "${BASH_REMATCH[1]}"
+    fi
+  done <"$lua/settle.lua"
+}
+# register NAME: a decide's run line turned into the registration of the
+# library's function NAME.
+register() {
+  sed -E "s/^return (run\(decide, [0-9]+, [0-9]+), KEYS, ARGV\)\s*$/redis.register_function('$1', function(keys, argv) return \1, keys, argv) end)/"
+}
 
 rr=$(go list -m -f '{{.Dir}}' github.com/go-redis/redis_rate/v10)
 sed -n '/^var allowN = redis.NewScript(`/,/^`)/p' "$rr/lua.go" | sed '1d;$d' >"$dir/redis_rate.lua"
 # The scripts as redisstore runs them, and the function library as Load
-# loads it (redisstore/functions.go): lib.lua once, then each algorithm's
-# file, its last line registering its function instead of returning.
-echo '#!lua name=tollgate_luacost' >"$dir/library.lua"
-cat "$lua/lib.lua" >>"$dir/library.lua"
-for a in token_bucket gcra fixed_window sliding_window_log sliding_window_counter leaky_bucket settle; do
-  script "$a" >"$dir/$a.lua"
-  { echo; echo do
-    sed -E "s/^return (run\(decide, [0-9]+, [0-9]+), KEYS, ARGV\)\s*$/redis.register_function('$a', function(keys, argv) return \1, keys, argv) end)/" "$lua/$a.lua"
-    echo end; } >>"$dir/library.lua"
-done
+# loads it (redisstore/functions.go): lib.lua once, each algorithm's header
+# and state functions, then each algorithm's decide and settle.lua in a
+# block of its own, the last line registering its function instead of
+# returning.
+algs=(token_bucket gcra fixed_window sliding_window_log sliding_window_counter leaky_bucket)
+{ echo '#!lua name=tollgate_luacost'
+  cat "$lua/lib.lua"
+  for a in "${algs[@]}"; do echo; above "$a"; done
+  for a in "${algs[@]}"; do echo; echo do; decide "$a" | register "$a"; echo end; done
+  echo; echo do; register settle <"$lua/settle.lua"; echo end
+} >"$dir/library.lua"
+for a in "${algs[@]}"; do script "$a" >"$dir/$a.lua"; done
+settle_script >"$dir/settle.lua"
 cli function load "$(cat "$dir/library.lua")" >/dev/null
 
 echo "| script (1,000/s, burst 1,000; every decision admitted and written) | instructions per decision |"
 echo "| --- | ---: |"
-# ARGV as redisstore sends them for 1,000 per second, burst 1,000, cost 1, Redis time.
-tb=(1 1000 1000 1 '') gcra=(1 1000 1000 1 '') fw=(1000 1000000 1 '') swl=(1000 1000000 1 '')
+# ARGV as redisstore sends them for 1,000 per second, burst 1,000, cost 1,
+# Redis time (and the token bucket's MaxDebt, 1,000).
+tb=(1 1000 1000 1 '' 1000) gcra=(1 1000 1000 1 '') fw=(1000 1000000 1 '') swl=(1000 1000000 1 '')
 swc=(1000 1000000 1000 1 '') lb=(1 1000 1000 1 '' 0)
 for form in script function; do
   for k in 1 64; do
@@ -87,7 +123,7 @@ for form in script function; do
 done
 # A settle (lua/settle.lua) charging one more token to a token bucket of
 # 1,000/s, burst 1,000: each is written, the debt stopping at MaxDebt.
-settle=(tb '' 0 1 2000 1 1000 1000 '')
+settle=(tb '' 0 1 2000 1 1000 1000 1000)
 measure "settle, token_bucket" "$dir/settle.lua" 1 "${settle[@]}"
 measure "settle, token_bucket, function" fn:settle 1 "${settle[@]}"
 measure "go-redis/redis_rate v10" "$dir/redis_rate.lua" 1 1000 1000 1 1

@@ -16,7 +16,8 @@ import (
 // Redis 7 can keep Lua code as a function library (FUNCTION LOAD) whose
 // functions are called with FCALL. The library holds the same code as the
 // scripts — lib.lua once, then each algorithm's file and settle.lua — so a
-// function decides (or settles) exactly as its script does. What differs is what a call costs:
+// function decides (or settles) exactly as its script does. What differs
+// is what a call costs:
 // a script builds lib.lua's helpers and its decide function afresh on
 // every call, a library once when it is loaded: 5,000 to 9,000
 // instructions a decision less, by algorithm (bench/luacost.sh).
@@ -27,6 +28,20 @@ import (
 // servers it cannot enumerate, it runs the scripts. A server that answers
 // that it lacks the function (a restart that lost it, say) gets the script
 // instead, and the store goes back to scripts until the next Load.
+//
+// An algorithm's file is its header (the comment up to the first blank
+// line), its state functions — the only code that reads and writes the
+// key's state, named after the algorithm (tb_read, tb_write, …) — and its
+// decide, from the line "local function decide(" to the run call that
+// ends it. settle.lua corrects every algorithm's state with those
+// functions: each correction names the file it uses on a line
+// "-- uses <file>: …". Its script (settleSource) is lib.lua and settle.lua
+// with each such line followed by that file's state functions, so that a
+// settle builds only its own algorithm's (a script builds every function
+// it defines on every call). The library defines every algorithm's header
+// and state functions once, at its top level, then each decide in a block
+// of its own (they do not see each other) and settle.lua, where those
+// lines stay comments.
 
 var (
 	// library is the source of the function library; libName its name,
@@ -38,9 +53,52 @@ var (
 	settleFn string
 )
 
-// runCall is the last line of each algorithm's file, which a script runs
-// and a function turns into its body.
-var runCall = regexp.MustCompile(`(?m)^return (run\(decide, \d+, \d+), KEYS, ARGV\)\s*$`)
+var (
+	// runCall is the last line of each algorithm's file, which a script
+	// runs and a function turns into its body.
+	runCall = regexp.MustCompile(`(?m)^return (run\(decide, \d+, \d+), KEYS, ARGV\)\s*$`)
+	// decideLine starts an algorithm's decide.
+	decideLine = regexp.MustCompile(`(?m)^local function decide\(`)
+	// usesLine names, in settle.lua, the file whose state functions a
+	// correction uses.
+	usesLine = regexp.MustCompile(`(?m)^[ \t]*-- uses ([a-z_]+\.lua): .*\n`)
+)
+
+// splitFile returns the part of an algorithm's file above its decide (its
+// header and state functions), the state functions alone, and its decide.
+func splitFile(file, body string) (above, state, decide string) {
+	d := decideLine.FindStringIndex(body)
+	h := strings.Index(body, "\n\n")
+	if d == nil || h < 0 || h+2 > d[0] {
+		panic("redisstore: lua/" + file + " has no header, state functions and decide") // embedded: cannot happen
+	}
+	return body[:d[0]], body[h+2 : d[0]], body[d[0]:]
+}
+
+// composeSettle returns settle.lua with each "-- uses <file>:" line
+// followed by that file's state functions (bodies holds each algorithm's
+// file).
+func composeSettle(settle string, bodies [len(keyNames)]string) string {
+	state := make(map[string]string, len(bodies))
+	for _, a := range tollgate.Algorithms() {
+		file := a.String() + ".lua"
+		_, state[file], _ = splitFile(file, bodies[a])
+	}
+	used := make(map[string]bool, len(bodies))
+	out := usesLine.ReplaceAllStringFunc(settle, func(line string) string {
+		file := usesLine.FindStringSubmatch(line)[1]
+		s, ok := state[file]
+		if !ok || used[file] {
+			panic("redisstore: lua/settle.lua uses " + file + " twice, or it is no algorithm's file") // embedded: cannot happen
+		}
+		used[file] = true
+		return line + s
+	})
+	if len(used) != len(bodies) {
+		panic("redisstore: lua/settle.lua does not use every algorithm's file") // embedded: cannot happen
+	}
+	return out
+}
 
 func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
 	h := sha1.New()
@@ -53,13 +111,19 @@ func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
 	var b strings.Builder
 	b.WriteString("#!lua name=" + libName + "\n")
 	b.WriteString(lib)
+	// Every algorithm's header and state functions, seen by its decide and
+	// by settle.lua's corrections.
+	for _, a := range tollgate.Algorithms() {
+		above, _, _ := splitFile(a.String()+".lua", bodies[a])
+		b.WriteString("\n")
+		b.WriteString(above)
+	}
 	register := func(file, name, body string) {
 		m := runCall.FindStringSubmatchIndex(body)
 		if m == nil {
 			panic("redisstore: lua/" + file + " does not end with return run(...)") // embedded: cannot happen
 		}
-		// Each file in a block of its own: their decide functions do not
-		// see each other.
+		// Each decide in a block of its own: they do not see each other.
 		b.WriteString("\ndo\n")
 		b.WriteString(body[:m[0]])
 		fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", name, body[m[2]:m[3]])
@@ -67,7 +131,8 @@ func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
 	}
 	for _, a := range tollgate.Algorithms() {
 		fnNames[a] = libName + "_" + keyNames[a]
-		register(a.String()+".lua", fnNames[a], bodies[a])
+		_, _, decide := splitFile(a.String()+".lua", bodies[a])
+		register(a.String()+".lua", fnNames[a], decide)
 	}
 	settleFn = libName + "_settle"
 	register("settle.lua", settleFn, settle)
@@ -75,8 +140,8 @@ func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
 }
 
 // Library returns the source of the Redis 7 function library Load loads:
-// lua/lib.lua once, then each algorithm's file and lua/settle.lua, each
-// registering its function.
+// lua/lib.lua once, each algorithm's header and state functions, then each
+// algorithm's decide and lua/settle.lua, each registering its function.
 func Library() string { return library }
 
 // loadLibrary loads the function library on every server the client

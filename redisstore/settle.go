@@ -63,7 +63,9 @@ func (s *Store) settle(ctx context.Context, key string, limit tollgate.Limit, at
 func settleArgs(p tollgate.Params, at, d int64, now string) []any {
 	args := []any{keyNames[p.Algorithm], now, at, d, p.Capacity + p.MaxDebt}
 	switch p.Algorithm {
-	case tollgate.TokenBucket, tollgate.GCRA:
+	case tollgate.TokenBucket:
+		return append(args, p.UnitRate, p.Unit, p.Burst, p.MaxDebt)
+	case tollgate.GCRA:
 		return append(args, p.UnitRate, p.Unit, p.Burst, "")
 	case tollgate.LeakyBucket:
 		return append(args, p.UnitRate, p.Unit, p.Burst, p.MaxDelayUS)

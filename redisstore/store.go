@@ -67,7 +67,8 @@ var (
 	sources [len(keyNames)]string
 	scripts [len(keyNames)]*redis.Script
 	// settleSource and settleScript settle a reservation under any
-	// algorithm: lua/lib.lua followed by lua/settle.lua.
+	// algorithm: lua/lib.lua followed by lua/settle.lua, into which each
+	// algorithm's state functions are composed (see composeSettle).
 	settleSource string
 	settleScript *redis.Script
 )
@@ -91,7 +92,7 @@ func init() {
 	if err != nil {
 		panic(err)
 	}
-	settleSource = string(lib) + "\n" + string(settle)
+	settleSource = string(lib) + "\n" + composeSettle(string(settle), bodies)
 	settleScript = redis.NewScript(settleSource)
 	initLibrary(string(lib), bodies, string(settle))
 }
@@ -268,7 +269,7 @@ func (s *Store) run(ctx context.Context, alg tollgate.Algorithm, rkey string, ar
 func scriptArgs(p tollgate.Params, n int, now string) []any {
 	switch p.Algorithm {
 	case tollgate.TokenBucket:
-		return []any{p.UnitRate, p.Unit, p.Burst, n, now}
+		return []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDebt}
 	case tollgate.LeakyBucket:
 		return []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
 	case tollgate.GCRA:

@@ -23,21 +23,42 @@
 --     the TTL: the key must outlive the retry-after it reports).
 --   * n = 0 only looks: it is always allowed (a lowered limit can leave the
 --     count above it, and looking must not fail for that).
+--   * The state's read and write are fw_read and fw_write, the only code
+--     that knows the hash's fields: settle.lua corrects a window with the
+--     same two functions.
+
+-- fw_read returns the window key holds: its index and count, and whether
+-- the key held one. A key with none holds window current, empty; a key
+-- tollgate did not write returns nil.
+local function fw_read(key, current)
+  local st = redis.call('HMGET', key, 'w', 'c')
+  if not st[1] then
+    return current, 0, false
+  end
+  local w, c = tonumber(st[1]), tonumber(st[2])
+  if not (w and c) then
+    return nil
+  end
+  return w, c, true
+end
+
+-- fw_write stores window w with count c in key. The caller sets the TTL.
+local function fw_write(key, w, c)
+  redis.call('HSET', key, 'w', int(w), 'c', int(c))
+end
+
 local function decide(key, argv, o, now)
   local limit = tonumber(argv[o + 1])
   local period = tonumber(argv[o + 2])
   local n = tonumber(argv[o + 3])
 
   local window, count = fdiv(now, period), 0
-  local st = redis.call('HMGET', key, 'w', 'c')
-  if st[1] then
-    local w, c = tonumber(st[1]), tonumber(st[2])
-    if not (w and c) then
-      return corrupt()
-    end
-    if w >= window then
-      window, count = w, c
-    end
+  local w, c, found = fw_read(key, window)
+  if not w then
+    return corrupt()
+  end
+  if w >= window then
+    window, count = w, c
   end
 
   local finish = (window + 1) * period
@@ -46,7 +67,7 @@ local function decide(key, argv, o, now)
     allowed = 1
     if n > 0 then
       count = count + n
-      redis.call('HSET', key, 'w', int(window), 'c', int(count))
+      fw_write(key, window, count)
     end
   else
     retry = finish - now
@@ -56,7 +77,7 @@ local function decide(key, argv, o, now)
   end
   if allowed == 1 and n > 0 then
     expire(key, reset)
-  elseif st[1] and reset > 0 then
+  elseif found and reset > 0 then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after

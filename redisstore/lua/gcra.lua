@@ -39,32 +39,59 @@
 --     command; a denied request writes nothing. A denial or a look that
 --     finds the TAT ahead sets the TTL only (to reset-after, under its own
 --     limit), so the key outlives the retry-after it reports.
+--   * The state's read and write are gcra_read and gcra_write, the only
+--     code that knows the value's form: settle.lua corrects a TAT with the
+--     same two functions.
+
+-- gcra_read returns the TAT key holds, as it stands at now at rate
+-- fraction units a µs: whole µs and a fraction below rate, now and 0 for a
+-- TAT in the past, and whether the key held one. A key with no TAT is one
+-- at now; a key tollgate did not write returns nil.
+local function gcra_read(key, now, rate)
+  local v = redis.call('GET', key)
+  if not v then
+    return now, 0, false
+  end
+  local t, f, u = tonumber(v), 0, rate
+  if not t then
+    local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
+    t, f, u = tonumber(a), tonumber(b), tonumber(c)
+    if not (t and f and u) or f >= u then
+      return nil
+    end
+    if u ~= rate then
+      f = muldiv(f, rate, u, rate, true)
+      if f == rate then
+        t, f = t + 1, 0
+      end
+    end
+  end
+  if t >= now then
+    return t, f, true
+  end
+  return now, 0, true
+end
+
+-- gcra_write stores the TAT tat + frac / rate µs in key, in the shorter
+-- form when frac is 0, with a TTL of reset µs (until the TAT) in the same
+-- command.
+local function gcra_write(key, tat, frac, rate, reset)
+  local value = int(tat)
+  if frac > 0 then
+    value = value .. ':' .. int(frac) .. ':' .. int(rate)
+  end
+  redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+end
+
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
   local burst = tonumber(argv[o + 3])
   local n = tonumber(argv[o + 4])
 
-  local tat, frac = now, 0
-  local v = redis.call('GET', key)
-  if v then
-    local t, f, u = tonumber(v), 0, rate
-    if not t then
-      local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
-      t, f, u = tonumber(a), tonumber(b), tonumber(c)
-      if not (t and f and u) or f >= u then
-        return corrupt()
-      end
-      if u ~= rate then
-        f = muldiv(f, rate, u, rate, true)
-        if f == rate then
-          t, f = t + 1, 0
-        end
-      end
-    end
-    if t >= now then
-      tat, frac = t, f
-    end
+  local tat, frac, found = gcra_read(key, now, rate)
+  if not tat then
+    return corrupt()
   end
 
   local ahead = tat - now -- whole µs; the TAT is ahead + frac / rate past now
@@ -105,12 +132,8 @@ local function decide(key, argv, o, now)
     reset = ahead + 1
   end
   if allowed == 1 and n > 0 then
-    local value = int(tat)
-    if frac > 0 then
-      value = value .. ':' .. int(frac) .. ':' .. int(rate)
-    end
-    redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
-  elseif v and reset > 0 then
+    gcra_write(key, tat, frac, rate, reset)
+  elseif found and reset > 0 then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after

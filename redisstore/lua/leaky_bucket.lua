@@ -38,6 +38,60 @@
 --     for the reason token_bucket.lua's refill is), backwards clocks, no
 --     write on denial and the TTL (until the bucket is empty, set by every
 --     call that finds the key) as in token_bucket.lua.
+--   * The state's read and write are lb_read and lb_write, the only code
+--     that knows the hash's fields: settle.lua corrects a bucket with the
+--     same two functions, and fills it by a charge no further than
+--     lb_horizon lets a read keep.
+
+-- lb_horizon is 2^47 µs: a read caps the level at what leaks in that long.
+local lb_horizon = 140737488355328
+
+-- lb_read returns the bucket key holds, as it stands at now under a limit
+-- of rate units a µs, unit units a request (utext: the unit as its
+-- argument reads, the form u is stored in), capacity units and a max delay
+-- of maxdelay µs: the level (units, leaked up to now), ts, whether u is
+-- utext, and whether the key held a bucket. A key with no bucket is an
+-- empty one at now; a key tollgate did not write returns nil.
+local function lb_read(key, now, rate, unit, utext, capacity, maxdelay)
+  local st = redis.call('HMGET', key, 'l', 'ts', 'u')
+  if not st[1] then
+    return 0, now, false, false
+  end
+  local level, ts = tonumber(st[1]), tonumber(st[2])
+  -- u is stored as the text of the unit's argument: while the rate is the
+  -- same, the texts are equal and u needs neither reading nor writing.
+  local same = st[3] == utext
+  local u = unit
+  if not same then
+    u = tonumber(st[3])
+  end
+  if not (level and ts and u) then
+    return nil
+  end
+  if u ~= unit then
+    -- Exactly, rounded down as the token bucket's tokens are, and clamped
+    -- to the most the bucket can hold: the capacity and what the max delay
+    -- queues (Go checked that this stays below 2^53). A level of 10^9
+    -- draining at one a day would outlast any duration.
+    level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
+  end
+  level = math.min(level, rate * lb_horizon)
+  if now > ts then
+    level = math.max(0, level - (now - ts) * rate)
+    ts = now
+  end
+  return level, ts, same, true
+end
+
+-- lb_write stores level (units) and ts in key, and u (as utext) unless
+-- same says it is stored already. The caller sets the TTL.
+local function lb_write(key, level, ts, same, utext)
+  if same then
+    redis.call('HSET', key, 'l', int(level), 'ts', int(ts))
+  else
+    redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', utext)
+  end
+end
 
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
@@ -46,32 +100,9 @@ local function decide(key, argv, o, now)
   local n = tonumber(argv[o + 4])
   local maxdelay = tonumber(argv[o + 6])
 
-  local level, ts, same = 0, now, false
-  local st = redis.call('HMGET', key, 'l', 'ts', 'u')
-  if st[1] then
-    level, ts = tonumber(st[1]), tonumber(st[2])
-    -- u is stored as the text of ARGV[2]: while the rate is the same, the
-    -- texts are equal and u needs neither reading nor writing.
-    same = st[3] == argv[o + 2]
-    local u = unit
-    if not same then
-      u = tonumber(st[3])
-    end
-    if not (level and ts and u) then
-      return corrupt()
-    end
-    if u ~= unit then
-      -- Exactly, rounded down as the token bucket's tokens are, and clamped
-      -- to the most the bucket can hold: the capacity and what the max delay
-      -- queues (Go checked that this stays below 2^53). A level of 10^9
-      -- draining at one a day would outlast any duration.
-      level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
-    end
-    level = math.min(level, rate * 140737488355328)
-    if now > ts then
-      level = math.max(0, level - (now - ts) * rate)
-      ts = now
-    end
+  local level, ts, same, found = lb_read(key, now, rate, unit, argv[o + 2], capacity, maxdelay)
+  if not level then
+    return corrupt()
   end
 
   local lag = ts - now
@@ -121,13 +152,9 @@ local function decide(key, argv, o, now)
     reset = lag + cdiv(level, rate)
   end
   if allowed == 1 and n > 0 then
-    if same then
-      redis.call('HSET', key, 'l', int(level), 'ts', int(ts))
-    else
-      redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', argv[o + 2])
-    end
+    lb_write(key, level, ts, same, argv[o + 2])
     expire(key, reset)
-  elseif st[1] and reset > 0 then
+  elseif found and reset > 0 then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after

@@ -28,10 +28,15 @@ local function fdiv(a, b)
 end
 
 -- cdiv returns ceil(a / b) exactly, for 0 <= a < 2^53 and b >= 1. The
--- floor, corrected upwards, never forms a + b - 1, which may pass 2^53 and
--- round (a bucket of nearly 2^53 units, a TTL at the far end of time).
+-- ceiling of the rounded quotient is the true one or one below it (the
+-- quotient rounds to no integer beyond the integers either side of it,
+-- each a double), so one correction upwards is enough; it never forms
+-- a + b - 1, which may pass 2^53 and round (a bucket of nearly 2^53 units,
+-- a TTL at the far end of time). It does not call fdiv: every decision
+-- divides up twice or more, and a Lua call costs Redis more than the
+-- division does (bench/luacost.sh).
 local function cdiv(a, b)
-  local q = fdiv(a, b)
+  local q = math.ceil(a / b)
   if q * b < a then
     q = q + 1
   end

@@ -11,7 +11,8 @@
 -- ARGV[5]  bound: Capacity + MaxDebt, the most a charge may take the key to
 --          (in tokens or requests)
 -- ARGV[6..9] the limit as the algorithm's script gets it, without n and now:
---          tb, gcra  unit rate, unit, burst, ''
+--          tb        unit rate, unit, burst, MaxDebt
+--          gcra      unit rate, unit, burst, ''
 --          lb        unit rate, unit, burst, max delay µs
 --          fw, swl   rate, period µs, '', ''
 --          swc       rate, period µs, grain µs, ''
@@ -21,15 +22,24 @@
 -- Why it is written this way:
 --   * One script for the six algorithms, chosen by ARGV[1]: a settle is far
 --     rarer than a decision, and the six corrections are short. Each reads
---     the state exactly as its algorithm's decide does — the same clock
---     step-back rule, the same rescaling after a rate change — corrects it,
---     and writes it back in the same form with the TTL a decision that
---     wrote would set (at least a millisecond: a state that is full again
---     disappears at once, as a decision's would).
+--     and writes the state with its algorithm's own functions (tb_read and
+--     tb_write in token_bucket.lua, and so on) — the same clock step-back
+--     rule, the same rescaling after a rate change, the same form — and
+--     sets the TTL a decision that wrote would set (at least a
+--     millisecond: a state that is full again disappears at once, as a
+--     decision's would).
+--   * Those functions are not in this file: each correction names the
+--     file it uses on a line '-- uses <file>: <functions>'. In the script
+--     the store puts that file's state functions (all of it between its
+--     header and its decide) right after the line (composeSettle in
+--     functions.go), so a settle builds only its own algorithm's functions;
+--     in the function library they are defined once, ahead of every decide
+--     and of this file, and the line stays a comment.
 --   * A refund never gives a key more than a full bucket or an empty
 --     window; a charge never takes it past bound (a debt of at most
---     MaxDebt). A key already past bound (its limit was lowered) keeps what
---     it owes: a charge never lowers a debt.
+--     MaxDebt; the token bucket's is ARGV[9], as its script gets it). A key
+--     already past bound (its limit was lowered) keeps what it owes: a
+--     charge never lowers a debt.
 --   * A settle that corrects nothing — d = 0, a refund of a key with no
 --     state, of a window the key no longer keeps, or of log entries no
 --     longer there — is a look (a decision of cost 0): it writes nothing,
@@ -61,41 +71,20 @@ local function keep(key, wrote, found, reset)
   end
 end
 
--- tb corrects a token bucket (see token_bucket.lua for the state). A debt
--- is tokens below 0; bound - burst tokens at most.
-local function tb(key, argv, o, now, d, bound)
+-- tb corrects a token bucket. A debt is tokens below 0, MaxDebt tokens at
+-- most.
+local function tb(key, argv, o, now, d)
+  -- uses token_bucket.lua: tb_read, tb_write
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local capacity = burst * unit
-  local most = (bound - burst) * unit -- MaxDebt, in units
 
-  local tokens, ts, same = capacity, now, false
-  local st = redis.call('HMGET', key, 't', 'ts', 'u')
-  if st[1] then
-    tokens, ts = tonumber(st[1]), tonumber(st[2])
-    same = st[3] == argv[o + 7]
-    local u = unit
-    if not same then
-      u = tonumber(st[3])
-    end
-    if not (tokens and ts and u) then
-      return corrupt()
-    end
-    -- As token_bucket.lua reads them: a debt at most MaxDebt.
-    if u ~= unit and tokens >= 0 then
-      tokens = muldiv(tokens, unit, u, capacity)
-    elseif u ~= unit then
-      tokens = -muldiv(-tokens, unit, u, most, true)
-    elseif tokens < 0 then
-      tokens = math.max(tokens, -most)
-    end
-    if now > ts then
-      tokens = tokens + (now - ts) * rate
-      ts = now
-    end
-    tokens = math.min(tokens, capacity)
-  elseif d <= 0 then
+  local tokens, ts, same, found = tb_read(key, now, rate, unit, argv[o + 7], capacity, argv[o + 9])
+  if not tokens then
+    return corrupt()
+  end
+  if not found and d <= 0 then
     return look(burst, 0, now)
   end
 
@@ -103,6 +92,7 @@ local function tb(key, argv, o, now, d, bound)
   if d < 0 then
     tokens = math.min(tokens - d * unit, capacity)
   elseif d > 0 then
+    local most = tonumber(argv[o + 9]) * unit -- MaxDebt, in units
     tokens = math.max(tokens - d * unit, math.min(tokens, -most))
   end
   local reset = 0
@@ -110,11 +100,7 @@ local function tb(key, argv, o, now, d, bound)
     reset = lag + cdiv(capacity - tokens, rate)
   end
   if d ~= 0 then
-    if same then
-      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts))
-    else
-      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', argv[o + 7])
-    end
+    tb_write(key, tokens, ts, same, argv[o + 7])
   end
   keep(key, d ~= 0, true, reset)
   local remaining = 0
@@ -124,40 +110,22 @@ local function tb(key, argv, o, now, d, bound)
   return look(remaining, reset, now)
 end
 
--- lb corrects a leaky bucket, policer or shaper (see leaky_bucket.lua). A
--- charge fills it up to bound requests, and to no more than leaks in 2^47
--- µs.
+-- lb corrects a leaky bucket, policer or shaper. A charge fills it up to
+-- bound requests, and to no more than a read keeps (what leaks in
+-- lb_horizon).
 local function lb(key, argv, o, now, d, bound)
+  -- uses leaky_bucket.lua: lb_horizon, lb_read, lb_write
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local maxdelay = tonumber(argv[o + 9])
   local capacity = burst * unit
-  -- A read caps the level at what leaks in 2^47 µs, as leaky_bucket.lua's
-  -- does, and a charge fills it no further.
-  local most = rate * 140737488355328
 
-  local level, ts, same = 0, now, false
-  local st = redis.call('HMGET', key, 'l', 'ts', 'u')
-  if st[1] then
-    level, ts = tonumber(st[1]), tonumber(st[2])
-    same = st[3] == argv[o + 7]
-    local u = unit
-    if not same then
-      u = tonumber(st[3])
-    end
-    if not (level and ts and u) then
-      return corrupt()
-    end
-    if u ~= unit then
-      level = muldiv(level, unit, u, capacity + maxdelay * rate, false)
-    end
-    level = math.min(level, most)
-    if now > ts then
-      level = math.max(0, level - (now - ts) * rate)
-      ts = now
-    end
-  elseif d <= 0 then
+  local level, ts, same, found = lb_read(key, now, rate, unit, argv[o + 7], capacity, maxdelay)
+  if not level then
+    return corrupt()
+  end
+  if not found and d <= 0 then
     return look(burst, 0, now)
   end
 
@@ -165,18 +133,14 @@ local function lb(key, argv, o, now, d, bound)
   if d < 0 then
     level = math.max(level + d * unit, 0)
   elseif d > 0 then
-    level = math.min(level + d * unit, math.max(level, math.min(bound * unit, most)))
+    level = math.min(level + d * unit, math.max(level, math.min(bound * unit, rate * lb_horizon)))
   end
   local reset = 0
   if level > 0 then
     reset = lag + cdiv(level, rate)
   end
   if d ~= 0 then
-    if same then
-      redis.call('HSET', key, 'l', int(level), 'ts', int(ts))
-    else
-      redis.call('HSET', key, 'l', int(level), 'ts', int(ts), 'u', argv[o + 7])
-    end
+    lb_write(key, level, ts, same, argv[o + 7])
   end
   keep(key, d ~= 0, true, reset)
   return look(fdiv(math.max(capacity - level, 0), unit), reset, now)
@@ -188,35 +152,20 @@ local function later(a, f, b, g)
   return a > b or (a == b and f > g)
 end
 
--- gcra corrects a theoretical arrival time (see gcra.lua for its form): a
--- refund moves it -d intervals earlier, never before now; a charge d
--- intervals later, never more than bound intervals past now.
+-- gcra corrects a theoretical arrival time: a refund moves it -d intervals
+-- earlier, never before now; a charge d intervals later, never more than
+-- bound intervals past now.
 local function gcra(key, argv, o, now, d, bound)
+  -- uses gcra.lua: gcra_read, gcra_write
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
 
-  local tat, frac = now, 0
-  local v = redis.call('GET', key)
-  if v then
-    local t, f, u = tonumber(v), 0, rate
-    if not t then
-      local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
-      t, f, u = tonumber(a), tonumber(b), tonumber(c)
-      if not (t and f and u) or f >= u then
-        return corrupt()
-      end
-      if u ~= rate then
-        f = muldiv(f, rate, u, rate, true)
-        if f == rate then
-          t, f = t + 1, 0
-        end
-      end
-    end
-    if t >= now then
-      tat, frac = t, f
-    end
-  elseif d <= 0 then
+  local tat, frac, found = gcra_read(key, now, rate)
+  if not tat then
+    return corrupt()
+  end
+  if not found and d <= 0 then
     return look(burst, 0, now)
   end
 
@@ -262,11 +211,7 @@ local function gcra(key, argv, o, now, d, bound)
     reset = ahead + 1
   end
   if d ~= 0 then
-    local value = int(tat)
-    if frac > 0 then
-      value = value .. ':' .. int(frac) .. ':' .. int(rate)
-    end
-    redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+    gcra_write(key, tat, frac, rate, reset)
   else
     keep(key, false, true, reset)
   end
@@ -277,69 +222,61 @@ local function gcra(key, argv, o, now, d, bound)
   return look(remaining, reset, now)
 end
 
--- fw corrects a fixed window (see fixed_window.lua): a refund only the
--- window the reservation counted in, a charge the window a decision at now
--- counts in.
+-- fw corrects a fixed window: a refund only the window the reservation
+-- counted in, a charge the window a decision at now counts in.
 local function fw(key, argv, o, now, at, d, bound)
+  -- uses fixed_window.lua: fw_read, fw_write
   local limit = tonumber(argv[o + 6])
   local period = tonumber(argv[o + 7])
 
   local current = fdiv(now, period)
-  local w, c
-  local st = redis.call('HMGET', key, 'w', 'c')
-  if st[1] then
-    w, c = tonumber(st[1]), tonumber(st[2])
-    if not (w and c) then
-      return corrupt()
-    end
+  local w, c, found = fw_read(key, current)
+  if not w then
+    return corrupt()
   end
   local wrote = false
-  if d < 0 and w and w == fdiv(at, period) then
+  if d < 0 and found and w == fdiv(at, period) then
     c = math.max(c + d, 0)
     wrote = true
   elseif d > 0 then
-    if not w or w < current then
+    if w < current then
       w, c = current, 0
     end
     c = math.min(c + d, math.max(c, bound))
     wrote = true
   end
   if wrote then
-    redis.call('HSET', key, 'w', int(w), 'c', int(c))
+    fw_write(key, w, c)
   end
 
   local window, count = current, 0
-  if w and w >= current then
+  if w >= current then
     window, count = w, c
   end
   local reset = 0
   if count > 0 then
     reset = (window + 1) * period - now
   end
-  keep(key, wrote, w ~= nil, reset)
+  keep(key, wrote, found, reset)
   return look(math.max(limit - count, 0), reset, now)
 end
 
--- swc corrects a sliding window counter (see sliding_window_counter.lua): a
--- refund the window the reservation counted in, while it still weighs (as
--- the current window or the previous one), a charge the window a decision
--- at now counts in.
+-- swc corrects a sliding window counter: a refund the window the
+-- reservation counted in, while it still weighs (as the current window or
+-- the previous one), a charge the window a decision at now counts in.
 local function swc(key, argv, o, now, at, d, bound)
+  -- uses sliding_window_counter.lua: swc_read, swc_write
   local limit = tonumber(argv[o + 6])
   local period = tonumber(argv[o + 7])
   local grain = tonumber(argv[o + 8])
 
   local current = fdiv(now, period)
-  local w, c, p
-  local st = redis.call('HMGET', key, 'w', 'c', 'p')
-  if st[1] then
-    w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-    if not (w and c and p) then
-      return corrupt()
-    end
+  local w, c, p, found = swc_read(key, current)
+  if not w then
+    return corrupt()
   end
   local wrote = false
-  if d < 0 and w then
+  if d < 0 and found then
     local at_window = fdiv(at, period)
     if w == at_window then
       c, wrote = math.max(c + d, 0), true
@@ -347,7 +284,7 @@ local function swc(key, argv, o, now, at, d, bound)
       p, wrote = math.max(p + d, 0), true
     end
   elseif d > 0 then
-    if not w or w < current - 1 then
+    if w < current - 1 then
       w, c, p = current, 0, 0
     elseif w == current - 1 then
       w, c, p = current, 0, c
@@ -355,14 +292,14 @@ local function swc(key, argv, o, now, at, d, bound)
     c, wrote = math.min(c + d, math.max(c, bound)), true
   end
   if wrote then
-    redis.call('HSET', key, 'w', int(w), 'c', int(c), 'p', int(p))
+    swc_write(key, w, c, p)
   end
 
   -- The look at now, rolled as a decision rolls the windows.
   local window, cur, prev = current, 0, 0
-  if w and w >= current then
+  if w >= current then
     window, cur, prev = w, c, p
-  elseif w and w == current - 1 then
+  elseif w == current - 1 then
     prev = c
   end
   local start = window * period
@@ -375,94 +312,35 @@ local function swc(key, argv, o, now, at, d, bound)
   elseif prev > 0 then
     reset = start + period - now
   end
-  keep(key, wrote, w ~= nil, reset)
+  keep(key, wrote, found, reset)
   return look(fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), reset, now)
 end
 
--- logadd adds n entries at stamp to a log, numbered from seq on, in ZADD
--- calls of up to 500 members as sliding_window_log.lua adds them.
-local function logadd(key, stamp, seq, n)
-  local prefix, args, k = stamp .. ':', {}, 0
-  for i = seq, seq + n - 1 do
-    args[k + 1] = stamp
-    args[k + 2] = prefix .. i
-    k = k + 2
-    if k == 1000 or i == seq + n - 1 then
-      redis.call('ZADD', key, unpack(args, 1, k))
-      k = 0
-    end
-  end
-end
-
--- swl corrects a sliding window log (see sliding_window_log.lua): a refund
--- removes the newest-numbered entries at the reservation's instant, so the
--- entries of one µs stay numbered 0..k-1 for the next to be added; a charge
--- drops what a decision at now drops and adds entries where it would.
+-- swl corrects a sliding window log: a refund removes the newest-numbered
+-- entries at the reservation's instant, so the entries of one µs stay
+-- numbered 0..k-1 for the next to be added; a charge drops what a decision
+-- at now drops and adds entries where it would.
 local function swl(key, argv, o, now, at, d, bound)
+  -- uses sliding_window_log.lua: swl_read, swl_write, swl_remove
   local limit = tonumber(argv[o + 6])
   local period = tonumber(argv[o + 7])
 
   local wrote = false
   if d < 0 then
-    local stamp = int(at)
-    local m = redis.call('ZCOUNT', key, stamp, stamp)
-    if m > 0 then
-      local members = {}
-      for i = m + math.max(d, -m), m - 1 do
-        members[#members + 1] = stamp .. ':' .. i
-      end
-      -- At most Capacity members, below MaxLogRate: one call.
-      redis.call('ZREM', key, unpack(members))
-      wrote = true
-    end
+    wrote = swl_remove(key, at, -d)
   elseif d > 0 then
-    local t, newest = now, nil
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if last[2] then
-      newest = tonumber(last[2])
-      if not newest then
-        return corrupt()
-      end
-      if newest >= now then
-        if not string.find(last[1], '^%d+:%d+$') then
-          return corrupt()
-        end
-        t = newest
-      end
+    local t, newest, count = swl_read(key, now, period)
+    if not t then
+      return corrupt()
     end
-    if newest and newest <= t - period then
-      redis.call('UNLINK', key)
-      newest = nil
-    elseif newest then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(t - period))
-    end
-    local count = 0
-    if newest then
-      count = redis.call('ZCARD', key)
-    end
-    local add = math.min(d, bound - count)
-    if add > 0 then
-      local seq = 0
-      if newest == t then
-        seq = redis.call('ZCOUNT', key, int(t), int(t))
-      end
-      logadd(key, int(t), seq, add)
-    end
+    swl_write(key, t, newest, math.min(d, bound - count), period)
     wrote = true
   end
 
   -- The look at now, counted as a decision counts.
-  local t, newest, count = now, nil, 0
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if last[2] then
-    newest = tonumber(last[2])
-    if not newest then
-      return corrupt()
-    end
-    t = math.max(now, newest)
-    if newest > t - period then
-      count = redis.call('ZCOUNT', key, '(' .. int(t - period), '+inf')
-    end
+  local t, newest, count = swl_read(key, now, period)
+  if not t then
+    return corrupt()
   end
   local reset = 0
   if count > 0 then
@@ -482,7 +360,7 @@ local function decide(key, argv, o, now)
     return redis.error_reply('tollgate: settle needs at, d and bound')
   end
   if alg == 'tb' then
-    return tb(key, argv, o, now, d, bound)
+    return tb(key, argv, o, now, d)
   elseif alg == 'gcra' then
     return gcra(key, argv, o, now, d, bound)
   elseif alg == 'lb' then

@@ -28,6 +28,32 @@
 --     that finds the key, a denial or a look only the TTL).
 --   * n = 0 only looks: it is always allowed, even when a lowered limit
 --     leaves the counts above it.
+--   * The state's read and write are swc_read and swc_write, the only code
+--     that knows the hash's fields: settle.lua corrects the counts with the
+--     same two functions.
+
+-- swc_read returns the windows key holds: the current window's index and
+-- count, the previous window's count, and whether the key held them. A key
+-- with none holds window current, empty; a key tollgate did not write
+-- returns nil.
+local function swc_read(key, current)
+  local st = redis.call('HMGET', key, 'w', 'c', 'p')
+  if not st[1] then
+    return current, 0, 0, false
+  end
+  local w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+  if not (w and c and p) then
+    return nil
+  end
+  return w, c, p, true
+end
+
+-- swc_write stores window w with count c, and the previous window's count
+-- p, in key. The caller sets the TTL.
+local function swc_write(key, w, c, p)
+  redis.call('HSET', key, 'w', int(w), 'c', int(c), 'p', int(p))
+end
+
 local function decide(key, argv, o, now)
   local limit = tonumber(argv[o + 1])
   local period = tonumber(argv[o + 2])
@@ -35,17 +61,14 @@ local function decide(key, argv, o, now)
   local n = tonumber(argv[o + 4])
 
   local window, cur, prev = fdiv(now, period), 0, 0
-  local st = redis.call('HMGET', key, 'w', 'c', 'p')
-  if st[1] then
-    local w, c, p = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-    if not (w and c and p) then
-      return corrupt()
-    end
-    if w >= window then
-      window, cur, prev = w, c, p
-    elseif w == window - 1 then
-      prev = c
-    end
+  local w, c, p, found = swc_read(key, window)
+  if not w then
+    return corrupt()
+  end
+  if w >= window then
+    window, cur, prev = w, c, p
+  elseif w == window - 1 then
+    prev = c
   end
 
   local start = window * period
@@ -57,7 +80,7 @@ local function decide(key, argv, o, now)
     allowed = 1
     if n > 0 then
       cur = cur + n
-      redis.call('HSET', key, 'w', int(window), 'c', int(cur), 'p', int(prev))
+      swc_write(key, window, cur, prev)
     end
   else
     local at = 0
@@ -85,7 +108,7 @@ local function decide(key, argv, o, now)
   end
   if allowed == 1 and n > 0 then
     expire(key, reset)
-  elseif st[1] and reset > 0 then
+  elseif found and reset > 0 then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after

@@ -34,68 +34,116 @@
 --     in the way leave the window. The TTL is the newest entry's time plus
 --     the period, when the whole log has expired; every call that counts an
 --     entry sets it (a denial or a look only the TTL).
-local function decide(key, argv, o, now)
-  local limit = tonumber(argv[o + 1])
-  local period = tonumber(argv[o + 2])
-  local n = tonumber(argv[o + 3])
+--   * The state's read and writes are swl_read, swl_write and swl_remove,
+--     the only code that knows the entries' form: settle.lua corrects a log
+--     with the same functions.
 
-  local at, newest = now, nil
+-- swl_read returns the log key holds, as it stands at now for a period of
+-- period µs: the key's time (now, or the newest entry's when that is
+-- later: a clock that went backwards), the newest entry's time (nil for no
+-- log) and how many entries lie in (time - period, time]. A key tollgate
+-- did not write returns nil.
+local function swl_read(key, now, period)
+  local t, newest = now, nil
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if last[2] then
     newest = tonumber(last[2])
     if not newest then
-      return corrupt()
+      return nil
     end
     if newest >= now then
       -- New entries will be numbered after this one's: it must be ours.
       -- (Checked only here, where it matters, to keep the usual path cheap.)
       if not string.find(last[1], '^%d+:%d+$') then
-        return corrupt()
+        return nil
       end
-      at = newest
+      t = newest
     end
   end
-
-  -- Count the entries in (at - period, at]. Older ones are dropped only by an
-  -- admission, which moves the key's time to at for good: until then a clock
-  -- back behind at would count them again, and a call that admits nothing
-  -- writes nothing.
+  -- Count the entries in (t - period, t]. Older ones are dropped only by a
+  -- write, which moves the key's time to t for good: until then a clock
+  -- back behind t would count them again.
   local count = 0
-  if newest and newest > at - period then
-    count = redis.call('ZCOUNT', key, '(' .. int(at - period), '+inf')
+  if newest and newest > t - period then
+    count = redis.call('ZCOUNT', key, '(' .. int(t - period), '+inf')
+  end
+  return t, newest, count
+end
+
+-- swl_write drops the entries of the log key holds (newest: its newest
+-- entry's time, or nil) that lie at or before t - period, and adds n
+-- entries at t, numbered after those already at t. The caller sets the
+-- TTL.
+local function swl_write(key, t, newest, n, period)
+  if newest and newest <= t - period then
+    -- The whole log has left the window: UNLINK frees it off Redis's main
+    -- thread, where removing entry by entry would cost as much as adding.
+    redis.call('UNLINK', key)
+    newest = nil
+  elseif newest then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(t - period))
+  end
+  if n <= 0 then
+    return
+  end
+  local stamp = int(t)
+  local seq = 0
+  if newest == t then
+    seq = redis.call('ZCOUNT', key, stamp, stamp)
+  end
+  -- ZADD in chunks of up to 500 members: one call per unit would cost
+  -- several times more, and unpack must stay well below Lua's C stack
+  -- limit (8,000 values). The sequence stays below MaxLogRate, so the
+  -- default number-to-string conversion prints it exactly.
+  local prefix, args, k = stamp .. ':', {}, 0
+  for i = seq, seq + n - 1 do
+    args[k + 1] = stamp
+    args[k + 2] = prefix .. i
+    k = k + 2
+    if k == 1000 or i == seq + n - 1 then
+      redis.call('ZADD', key, unpack(args, 1, k))
+      k = 0
+    end
+  end
+end
+
+-- swl_remove removes the n newest-numbered entries at t from the log key
+-- holds (all of them when it holds fewer), so that the entries left at t
+-- are still numbered 0..k-1 for the next to be added, and reports whether
+-- there were any. (settle.lua's refund: a decision removes entries only
+-- as they leave the window.)
+local function swl_remove(key, t, n)
+  local stamp = int(t)
+  local m = redis.call('ZCOUNT', key, stamp, stamp)
+  if m == 0 then
+    return false
+  end
+  local members = {}
+  for i = math.max(m - n, 0), m - 1 do
+    members[#members + 1] = stamp .. ':' .. i
+  end
+  -- At most Capacity members, below MaxLogRate: one call.
+  redis.call('ZREM', key, unpack(members))
+  return true
+end
+
+local function decide(key, argv, o, now)
+  local limit = tonumber(argv[o + 1])
+  local period = tonumber(argv[o + 2])
+  local n = tonumber(argv[o + 3])
+
+  -- Entries older than the window are dropped only by an admission: a call
+  -- that admits nothing writes nothing.
+  local at, newest, count = swl_read(key, now, period)
+  if not at then
+    return corrupt()
   end
   local allowed, retry, reset = 0, 0, 0
   if n == 0 then
     allowed = 1
   elseif count + n <= limit then
     allowed = 1
-    if newest and newest <= at - period then
-      -- The whole log has left the window: UNLINK frees it off Redis's main
-      -- thread, where removing entry by entry would cost as much as adding.
-      redis.call('UNLINK', key)
-      newest = nil
-    elseif newest then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
-    end
-    local stamp = int(at)
-    local seq = 0
-    if newest == at then
-      seq = redis.call('ZCOUNT', key, stamp, stamp)
-    end
-    -- ZADD in chunks of up to 500 members: one call per unit would cost
-    -- several times more, and unpack must stay well below Lua's C stack
-    -- limit (8,000 values). The sequence stays below MaxLogRate, so the
-    -- default number-to-string conversion prints it exactly.
-    local prefix, args, k = stamp .. ':', {}, 0
-    for i = seq, seq + n - 1 do
-      args[k + 1] = stamp
-      args[k + 2] = prefix .. i
-      k = k + 2
-      if k == 1000 or i == seq + n - 1 then
-        redis.call('ZADD', key, unpack(args, 1, k))
-        k = 0
-      end
-    end
+    swl_write(key, at, newest, n, period)
     count = count + n
     newest = at
   else

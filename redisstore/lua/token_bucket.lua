@@ -7,6 +7,7 @@
 -- ARGV[3]  burst: the capacity, in tokens
 -- ARGV[4]  n: the cost in tokens (0 = report without spending)
 -- ARGV[5]  now in µs, or '' for the Redis server's TIME
+-- ARGV[6]  MaxDebt: the most tokens a key may owe (tollgate.Params.MaxDebt)
 -- Reply    {allowed 0|1, remaining tokens, retry-after µs, reset-after µs, 0,
 --          now µs}
 --
@@ -27,7 +28,12 @@
 --     (settle.lua), which refills like any shortfall. It is at most the
 --     MaxDebt of the limit a call is made under (a lowered burst forgives
 --     the rest), so every quantity stays below 2^53. A look at a key in
---     debt is allowed and reports nothing remaining.
+--     debt is allowed and reports nothing remaining. MaxDebt is Go's
+--     (limit.go), an argument read only when a key is in debt: one
+--     definition, not a copy of its formula here.
+--   * The state's read and write are tb_read and tb_write, the only code
+--     that knows the hash's fields: settle.lua corrects a bucket with the
+--     same two functions.
 --   * A denied request, or n = 0, writes nothing: the stored state still
 --     describes the bucket exactly.
 --   * The TTL is the time until the bucket is full again: an idle key
@@ -41,48 +47,68 @@
 --     hold exactly — so the minimum is exact. One ceil-division per
 --     decision fewer than comparing elapsed with the time to fill.
 
+-- tb_read returns the bucket key holds, as it stands at now under a limit
+-- of rate units a µs, unit units a token (utext: the unit as its argument
+-- reads, the form u is stored in), capacity units, and a debt of at most
+-- maxdebt tokens (MaxDebt's argument, read only for a key in debt): tokens
+-- (units, refilled up to now and at most capacity), ts, whether u is
+-- utext, and whether the key held a bucket. A key with no bucket is a full
+-- one at now; a key tollgate did not write returns nil.
+local function tb_read(key, now, rate, unit, utext, capacity, maxdebt)
+  local st = redis.call('HMGET', key, 't', 'ts', 'u')
+  if not st[1] then
+    return capacity, now, false, false
+  end
+  local tokens, ts = tonumber(st[1]), tonumber(st[2])
+  -- u is stored as the text of the unit's argument: while the rate is the
+  -- same, the texts are equal and u needs neither reading nor writing.
+  local same = st[3] == utext
+  local u = unit
+  if not same then
+    u = tonumber(st[3])
+  end
+  if not (tokens and ts and u) then
+    return nil
+  end
+  if u ~= unit and tokens >= 0 then
+    tokens = muldiv(tokens, unit, u, capacity)
+  elseif tokens < 0 then
+    -- A debt is at most this limit's MaxDebt, in units: a lowered burst
+    -- forgives the rest, and a debt kept under another unit, rounded to
+    -- the larger debt, would not count exactly under a much finer one.
+    local most = tonumber(maxdebt) * unit
+    if u ~= unit then
+      tokens = -muldiv(-tokens, unit, u, most, true)
+    else
+      tokens = math.max(tokens, -most)
+    end
+  end
+  if now > ts then
+    tokens = tokens + (now - ts) * rate
+    ts = now
+  end
+  return math.min(tokens, capacity), ts, same, true
+end
+
+-- tb_write stores tokens (units) and ts in key, and u (as utext) unless
+-- same says it is stored already. The caller sets the TTL.
+local function tb_write(key, tokens, ts, same, utext)
+  if same then
+    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts))
+  else
+    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', utext)
+  end
+end
+
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
   local capacity = tonumber(argv[o + 3]) * unit
   local n = tonumber(argv[o + 4])
 
-  local tokens, ts, same = capacity, now, false
-  local st = redis.call('HMGET', key, 't', 'ts', 'u')
-  if st[1] then
-    tokens, ts = tonumber(st[1]), tonumber(st[2])
-    -- u is stored as the text of ARGV[2]: while the rate is the same, the
-    -- texts are equal and u needs neither reading nor writing.
-    same = st[3] == argv[o + 2]
-    local u = unit
-    if not same then
-      u = tonumber(st[3])
-    end
-    if not (tokens and ts and u) then
-      return corrupt()
-    end
-    if u ~= unit and tokens >= 0 then
-      tokens = muldiv(tokens, unit, u, capacity)
-    elseif tokens < 0 then
-      -- A debt (settle.lua) is at most this limit's MaxDebt, in units (as
-      -- limit.go computes it): a lowered burst forgives the rest, and a
-      -- debt kept under another unit, rounded to the larger debt, would
-      -- not count exactly under a much finer one. Inline, not helpers in
-      -- lib.lua: two helpers there cost every script call 1,300 to 1,900
-      -- instructions (bench/luacost.sh) to build, used or not.
-      local burst = capacity / unit
-      local most = math.max(0, math.min(burst, fdiv(9007199254740991, unit) - burst)) * unit
-      if u ~= unit then
-        tokens = -muldiv(-tokens, unit, u, most, true)
-      else
-        tokens = math.max(tokens, -most)
-      end
-    end
-    if now > ts then
-      tokens = tokens + (now - ts) * rate
-      ts = now
-    end
-    tokens = math.min(tokens, capacity)
+  local tokens, ts, same, found = tb_read(key, now, rate, unit, argv[o + 2], capacity, argv[o + 6])
+  if not tokens then
+    return corrupt()
   end
 
   local lag = ts - now -- > 0 only when the clock went backwards
@@ -100,13 +126,9 @@ local function decide(key, argv, o, now)
     retry = lag + cdiv(cost - tokens, rate)
   end
   if allowed == 1 and n > 0 then
-    if same then
-      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts))
-    else
-      redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', argv[o + 2])
-    end
+    tb_write(key, tokens, ts, same, argv[o + 2])
     expire(key, reset)
-  elseif st[1] and reset > 0 then
+  elseif found and reset > 0 then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after
@@ -122,4 +144,4 @@ local function decide(key, argv, o, now)
   return {allowed, remaining, retry, reset, 0, now}
 end
 
-return run(decide, 5, 5, KEYS, ARGV)
+return run(decide, 6, 5, KEYS, ARGV)

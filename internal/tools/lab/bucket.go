@@ -54,8 +54,8 @@ func Bucket(ctx context.Context, rdb redis.Scripter, w io.Writer) error {
 	fmt.Fprintf(w, "sha=%s\n", sha)
 	// The arguments are the integers redisstore passes: tokens are counted
 	// in units, see the script's header.
-	fmt.Fprintf(w, "# try it: redis-cli EVALSHA %s 1 mybucket %d %d %d 1 ''\n", sha, p.UnitRate, p.Unit, p.Burst)
-	fmt.Fprintf(w, "#   that is %s, cost 1, Redis time; tokens are counted in units, %d a token, %d added per µs\n", describe(BucketLimit), p.Unit, p.UnitRate)
+	fmt.Fprintf(w, "# try it: redis-cli EVALSHA %s 1 mybucket %d %d %d 1 '' %d\n", sha, p.UnitRate, p.Unit, p.Burst, p.MaxDebt)
+	fmt.Fprintf(w, "#   that is %s, cost 1, Redis time, a debt of at most %d; tokens are counted in units, %d a token, %d added per µs\n", describe(BucketLimit), p.MaxDebt, p.Unit, p.UnitRate)
 	return nil
 }
 

@@ -61,11 +61,11 @@ func TestBucket(t *testing.T) {
 		t.Errorf("SCRIPT EXISTS %s = %v, %v; want the script loaded", sha, exists, err)
 	}
 	// The EVALSHA line it prints must work as printed.
-	res, err := rdb.EvalSha(context.Background(), sha, []string{"lab-test:" + t.Name()}, 1, 500000, 5, 1, "").Int64Slice()
+	res, err := rdb.EvalSha(context.Background(), sha, []string{"lab-test:" + t.Name()}, 1, 500000, 5, 1, "", 5).Int64Slice()
 	if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 4 {
 		t.Errorf("EVALSHA as printed = %v, %v; want allowed 1, remaining 4", res, err)
 	}
-	if !strings.Contains(out.String(), "EVALSHA "+sha+" 1 mybucket 1 500000 5 1 ''") {
+	if !strings.Contains(out.String(), "EVALSHA "+sha+" 1 mybucket 1 500000 5 1 '' 5") {
 		t.Errorf("output does not show the EVALSHA call:\n%s", out.String())
 	}
 }

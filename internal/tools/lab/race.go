@@ -31,7 +31,7 @@ const raceFirst = 90
 // Race modes: which limiter a worker process hammers.
 const (
 	// RaceNaive is a token bucket decided in Go between a read and a write:
-	// TIME and HMGET, then HSET — GET, compare, SET.
+	// TIME and HMGET, then HSET — GET, compare, SET — on a hash of its own.
 	RaceNaive = "naive"
 	// RaceLua is redisstore's token bucket: one script call per decision.
 	RaceLua = "lua"
@@ -59,7 +59,7 @@ type RaceRun struct {
 	PerProcess [2]int64
 	// Bound is the most a correct limiter admits: the burst plus the tokens
 	// refilled over Span. For the Lua limiter Span runs from the first to
-	// the last admitted decision (the times the script stored), and
+	// the last admitted decision (the times ReserveN returned), and
 	// Admitted equals Bound exactly; the naive one stores times out of
 	// order, so its Span runs from the first decision until the processes
 	// had exited — a bound it overruns anyway.
@@ -75,7 +75,8 @@ type RaceRun struct {
 // and for what refills. The naive limiter admits more than any correct one
 // could, because calls read the same tokens and each writes back its own
 // decrement; the script admits exactly burst + refill, and Race checks that
-// to the unit, from the state the script left.
+// to the unit, from a look (a decision of cost 0) at the bucket the script
+// left.
 func Race(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg RaceConfig) ([2]RaceRun, error) {
 	var runs [2]RaceRun
 	if cfg.URL == "" || cfg.Spawn == nil || cfg.Goroutines < 0 || cfg.Requests < 0 {
@@ -161,25 +162,21 @@ func race(ctx context.Context, rdb redis.UniversalClient, cfg RaceConfig, mode s
 		}
 		// The first call, then the start signal.
 		if mode == RaceLua {
-			res, err := redisstore.New(rdb).AllowN(ctx, id, RaceLimit, raceFirst)
+			res, at, err := redisstore.New(rdb).ReserveN(ctx, id, RaceLimit, raceFirst)
 			if err != nil {
 				return err
 			}
 			if !res.Allowed {
 				return fmt.Errorf("the first call was denied: %+v", res)
 			}
-			b, err := readBucket(ctx, rdb, key)
-			if err != nil {
-				return err
-			}
-			first = b.ts
+			first = at
 		} else {
 			now, err := redisTime(ctx, rdb)
 			if err != nil {
 				return err
 			}
 			first = now.UnixMicro()
-			if err := rdb.HSet(ctx, key, "t", (p.Burst-raceFirst)*p.Unit, "ts", first).Err(); err != nil {
+			if err := rdb.HSet(ctx, key, "tokens", (p.Burst-raceFirst)*p.Unit, "time", first).Err(); err != nil {
 				return err
 			}
 		}
@@ -195,13 +192,16 @@ func race(ctx context.Context, rdb redis.UniversalClient, cfg RaceConfig, mode s
 	if waitErr != nil {
 		return run, fmt.Errorf("lab: race %s: %w (workers: %q, %q)", mode, waitErr, logs[0].String(), logs[1].String())
 	}
+	last := first // Redis time (µs) of the last admitted decision
 	for i, err := range errs {
 		if err != nil {
 			return run, fmt.Errorf("lab: race %s: worker %d: %w: %s", mode, i, err, logs[i].String())
 		}
-		if _, err := fmt.Sscan(outs[i].String(), &run.PerProcess[i]); err != nil {
+		var at int64
+		if _, err := fmt.Sscan(outs[i].String(), &run.PerProcess[i], &at); err != nil {
 			return run, fmt.Errorf("lab: race %s: worker %d printed %q", mode, i, outs[i].String())
 		}
+		last = max(last, at)
 	}
 	run.Admitted = raceFirst + run.PerProcess[0] + run.PerProcess[1]
 
@@ -219,51 +219,42 @@ func race(ctx context.Context, rdb redis.UniversalClient, cfg RaceConfig, mode s
 		run.Bound = p.Burst + run.Refilled
 		return run, nil
 	}
-	// The script stores the time of the last admitted decision, and never
-	// lets the bucket reach its capacity during the race (see raceFirst), so
-	// every unit refilled between the first and the last decision was
-	// either spent or is still there: admitted × unit + left = burst × unit
-	// + refill, to the unit.
-	last, err := readBucket(ctx, rdb, key)
+	// The bucket never reaches its capacity during the race (see
+	// raceFirst), so every unit refilled between the first and the last
+	// admitted decision was either spent or is still there: admitted × unit
+	// + left = burst × unit + refill, to the unit.
+	tokens, now, err := lookBucket(ctx, redisstore.New(rdb), id, p)
 	if err != nil {
 		return run, err
 	}
-	refilled := (last.ts - first) * p.UnitRate
-	run.Span = time.Duration(last.ts-first) * time.Microsecond
+	left := tokens - (now-last)*p.UnitRate // the units the last decision left
+	refilled := (last - first) * p.UnitRate
+	run.Span = time.Duration(last-first) * time.Microsecond
 	run.Refilled = refilled / p.Unit
 	run.Bound = p.Burst + run.Refilled
-	if got, want := run.Admitted*p.Unit+last.tokens, p.Burst*p.Unit+refilled; got != want {
+	if got, want := run.Admitted*p.Unit+left, p.Burst*p.Unit+refilled; got != want {
 		return run, fmt.Errorf("lab: race lua: admitted %d tokens (%d units) and %d units are left, but burst + refill is %d units: the script lost atomicity",
-			run.Admitted, run.Admitted*p.Unit, last.tokens, want)
+			run.Admitted, run.Admitted*p.Unit, left, want)
 	}
 	return run, nil
 }
 
-// bucketState is a token bucket as the race's limiters store it: tokens in
-// units, and the time of the last update in µs.
-type bucketState struct{ tokens, ts int64 }
-
-func readBucket(ctx context.Context, rdb redis.UniversalClient, key string) (bucketState, error) {
-	v, err := rdb.HMGet(ctx, key, "t", "ts").Result()
+// lookBucket looks at RaceLimit's bucket for id (a decision of cost 0,
+// which writes nothing) and returns the units it holds and the Redis time
+// of the look (µs). At a unit rate of 1 a unit refills in a µs, so the
+// time until the bucket is full, in µs, is exactly the units it lacks.
+func lookBucket(ctx context.Context, s *redisstore.Store, id string, p tollgate.Params) (tokens, now int64, err error) {
+	if p.UnitRate != 1 {
+		return 0, 0, fmt.Errorf("lab: race: %s refills %d units a µs: a look tells the units only at 1", describe(RaceLimit), p.UnitRate)
+	}
+	res, now, err := s.ReserveN(ctx, id, RaceLimit, 0)
 	if err != nil {
-		return bucketState{}, fmt.Errorf("lab: race: read %s: %w", key, err)
+		return 0, 0, fmt.Errorf("lab: race: look: %w", err)
 	}
-	var b bucketState
-	var err1, err2 error
-	if s, ok := v[0].(string); ok {
-		b.tokens, err1 = strconv.ParseInt(s, 10, 64)
-	} else {
-		err1 = errors.New("no tokens")
+	if res.ResetAfter <= 0 {
+		return 0, 0, errors.New("lab: race: the bucket was full again when the race was over: refill was lost to the cap, and the count cannot be checked")
 	}
-	if s, ok := v[1].(string); ok {
-		b.ts, err2 = strconv.ParseInt(s, 10, 64)
-	} else {
-		err2 = errors.New("no time")
-	}
-	if err := errors.Join(err1, err2); err != nil {
-		return b, fmt.Errorf("lab: race: %s holds %v: %w", key, v, err)
-	}
-	return b, nil
+	return p.Burst*p.Unit - res.ResetAfter.Microseconds(), now, nil
 }
 
 // waitFor polls key until it holds at least n, or ctx ends, or 30 s pass.
@@ -289,7 +280,8 @@ func waitFor(ctx context.Context, rdb redis.UniversalClient, key string, n int64
 // RaceWorker is one of Race's processes. Its arguments are the mode
 // (RaceNaive or RaceLua), the Redis URL, the demo's key, goroutines and
 // requests per goroutine. It says it is ready, waits for the start signal,
-// hammers the key, and prints how many requests were admitted.
+// hammers the key, and prints how many requests were admitted and the Redis
+// time (µs) of the last admitted decision (0 for the naive limiter).
 func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
 	if len(args) != 5 || (args[0] != RaceNaive && args[0] != RaceLua) {
 		return fmt.Errorf("lab: race worker: want arguments: naive|lua URL KEY GOROUTINES REQUESTS, got %q", args)
@@ -313,9 +305,24 @@ func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
 		return fmt.Errorf("lab: race worker: %w", err)
 	}
 
-	var allow func(context.Context) (bool, error)
+	var (
+		allow func(context.Context) (bool, error)
+		last  atomic.Int64 // the Lua limiter's last admitted decision (µs)
+	)
 	if mode == RaceLua {
-		allow = storeAllow(redisstore.New(rdb), id, RaceLimit)
+		s := redisstore.New(rdb)
+		allow = func(ctx context.Context) (bool, error) {
+			res, at, err := s.ReserveN(ctx, id, RaceLimit, 1)
+			if err != nil || !res.Allowed {
+				return false, err
+			}
+			for {
+				v := last.Load()
+				if at <= v || last.CompareAndSwap(v, at) {
+					return true, nil
+				}
+			}
+		}
 	} else {
 		allow = func(ctx context.Context) (bool, error) { return naiveBucket(ctx, rdb, id, p) }
 	}
@@ -353,14 +360,15 @@ func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
 	if err := failed.Load(); err != nil {
 		return fmt.Errorf("lab: race worker: %w", *err)
 	}
-	_, err = fmt.Fprintln(w, admitted.Load())
+	_, err = fmt.Fprintln(w, admitted.Load(), last.Load())
 	return err
 }
 
 // naiveBucket is the limiter that breaks under concurrency: the same token bucket,
 // in the same integer units, decided in Go between a read (TIME and HMGET,
-// pipelined) and a write (HSET). Nothing holds the key in between, so calls
-// that read the same tokens each spend one and write back their own count.
+// pipelined) and a write (HSET) of a hash of its own. Nothing holds the key
+// in between, so calls that read the same tokens each spend one and write
+// back their own count.
 func naiveBucket(ctx context.Context, rdb *redis.Client, key string, p tollgate.Params) (bool, error) {
 	var (
 		now *redis.TimeCmd
@@ -368,7 +376,7 @@ func naiveBucket(ctx context.Context, rdb *redis.Client, key string, p tollgate.
 	)
 	if _, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		now = pipe.Time(ctx)
-		st = pipe.HMGet(ctx, key, "t", "ts")
+		st = pipe.HMGet(ctx, key, "tokens", "time")
 		return nil
 	}); err != nil {
 		return false, err
@@ -394,5 +402,5 @@ func naiveBucket(ctx context.Context, rdb *redis.Client, key string, p tollgate.
 		return false, nil
 	}
 	tokens -= p.Unit
-	return true, rdb.HSet(ctx, key, "t", tokens, "ts", ts).Err()
+	return true, rdb.HSet(ctx, key, "tokens", tokens, "time", ts).Err()
 }
