@@ -145,19 +145,6 @@ func (s *Store) Renew(ctx context.Context, p tollgate.Permit, lease time.Duratio
 	return p, nil
 }
 
-// LoadConcurrency loads the concurrency scripts into the server's script
-// cache (on a Cluster, every master's), as Load does for the rate limits'
-// scripts. It is optional: a script the server lacks is sent once, then
-// cached.
-func (s *Store) LoadConcurrency(ctx context.Context) error {
-	for _, sc := range []*redis.Script{concAcquire, concRelease, concRenew} {
-		if err := sc.Load(ctx, s.client).Err(); err != nil {
-			return fmt.Errorf("redisstore: load concurrency script: %w", err)
-		}
-	}
-	return nil
-}
-
 // parseInts checks a reply of n non-negative integers.
 func parseInts(reply any, n int) ([]int64, error) {
 	arr, ok := reply.([]any)

@@ -68,7 +68,7 @@ func concChild(spec string) int {
 	defer rdb.Close()
 	s := redisstore.New(rdb)
 	ctx := context.Background()
-	if err := s.LoadConcurrency(ctx); err != nil {
+	if err := s.Load(ctx); err != nil {
 		fmt.Println("x", err)
 		return 1
 	}

@@ -71,7 +71,7 @@ func TestConcurrencyServerTime(t *testing.T) {
 	ctx := context.Background()
 	rdb := server.Client(t)
 	s := redisstore.New(rdb)
-	if err := s.LoadConcurrency(ctx); err != nil {
+	if err := s.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	k := key(t)

@@ -139,11 +139,6 @@ func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
 	library = b.String()
 }
 
-// Library returns the source of the Redis 7 function library Load loads:
-// lua/lib.lua once, each algorithm's header and state functions, then each
-// algorithm's decide and lua/settle.lua, each registering its function.
-func Library() string { return library }
-
 // loadLibrary loads the function library on every server the client
 // talks to and reports whether the store can call it: false, with no
 // error, on servers without functions (Redis 6.2) and on clients whose

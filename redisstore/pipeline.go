@@ -66,13 +66,12 @@ import (
 // A window ≤ 0 or a maxBatch below 2 turns pipelining off: each decision is
 // then one call, from its caller's goroutine.
 func WithPipeline(window time.Duration, maxBatch int) Option {
-	return func(s *Store) {
-		s.pipeSet = true
+	return func(o *options) {
 		if window <= 0 || maxBatch < 2 {
-			s.pipe = nil
+			o.s.pipe = nil
 			return
 		}
-		s.pipe = &pipeliner{window: window, max: maxBatch}
+		o.s.pipe = &pipeliner{window: window, max: maxBatch}
 	}
 }
 
@@ -98,7 +97,7 @@ func WithPipeline(window time.Duration, maxBatch int) Option {
 // internal/test/faulttest's resharding test with Cluster batches). The same
 // holds for any other client, such as a *redis.Ring.
 func WithBatching(on bool) Option {
-	return func(s *Store) { s.noBatch = !on }
+	return func(o *options) { o.s.noBatch = !on }
 }
 
 // maxInflight is how many pipelines may be in flight before decisions wait

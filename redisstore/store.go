@@ -30,7 +30,7 @@
 //
 // A Store is also a tollgate.ConcurrencyStore: Acquire, Renew and Release
 // keep a key's permits in one sorted set, <prefix>{<key>}:conc, one script
-// call each (LoadConcurrency preloads those scripts).
+// call each (Load preloads those scripts too).
 package redisstore
 
 import (
@@ -112,9 +112,8 @@ type Store struct {
 	prefix string
 	now    func() time.Time
 	// pipe gathers concurrent decisions into pipelines; nil sends each
-	// decision on its own. pipeSet says WithPipeline chose (else New does).
-	pipe    *pipeliner
-	pipeSet bool
+	// decision on its own.
+	pipe *pipeliner
 	// noBatch, set by WithBatching(false), keeps each pipelined decision
 	// its own script call.
 	noBatch bool
@@ -130,19 +129,22 @@ var (
 )
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*options)
+
+// options are what the Options set: the Store being made.
+type options struct{ s Store }
 
 // WithPrefix sets the prefix of every key the store writes (default
 // "tollgate:"): give two applications sharing a Redis different prefixes.
 func WithPrefix(prefix string) Option {
-	return func(s *Store) { s.prefix = prefix }
+	return func(o *options) { o.s.prefix = prefix }
 }
 
 // WithClock makes the scripts use now instead of the Redis server's clock.
 // It is for tests and simulations at fixed instants; in production the
 // server's clock is what keeps replicas with skewed clocks in agreement.
 func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
+	return func(o *options) { o.s.now = now }
 }
 
 // New returns a Store on client: a *redis.Client, a Sentinel failover
@@ -157,14 +159,15 @@ func WithClock(now func() time.Time) Option {
 // says otherwise (see operations.md, "Scale and faults", for why).
 // WithPipeline(0, 0) turns pipelining off.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: "tollgate:"}
-	for _, o := range opts {
-		o(s)
-	}
+	o := options{s: Store{client: client, prefix: "tollgate:"}}
 	_, single := client.(*redis.Client)
-	if single && !s.pipeSet {
-		WithPipeline(time.Millisecond, 64)(s)
+	if single {
+		WithPipeline(time.Millisecond, 64)(&o) // the default, unless an option says otherwise
 	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &o.s
 	if s.pipe != nil {
 		s.pipe.client = client
 		s.pipe.fn = &s.fn
@@ -362,14 +365,15 @@ func (s *Store) Reset(ctx context.Context, key string, limit tollgate.Limit) err
 	return nil
 }
 
-// Load loads every script, the settle's too, into the server's script cache
-// (on a Cluster, into every master's), so the first decisions need no EVAL
-// fallback, and on
-// Redis 7 the function library, which decisions then call instead of the
-// scripts (see Library). Calling it is optional: a script the server lacks
-// is sent once, then cached; without Load the store runs scripts only.
-// A server without functions (Redis 6.2) is no error: the store runs the
-// scripts there.
+// Load loads every script — the decisions', the settle's and the
+// concurrency limits' — into the server's script cache (on a Cluster, into
+// every master's), so the first calls need no EVAL fallback, and on Redis 7
+// the function library (lua/lib.lua, then each algorithm's file and
+// lua/settle.lua, each registering its function), which decisions then
+// call instead of the scripts. Calling it is optional: a script the server
+// lacks is sent once, then cached; without Load the store runs scripts
+// only. A server without functions (Redis 6.2) is no error: the store runs
+// the scripts there.
 func (s *Store) Load(ctx context.Context) error {
 	for _, a := range tollgate.Algorithms() {
 		if err := scripts[a].Load(ctx, s.client).Err(); err != nil {
@@ -378,6 +382,11 @@ func (s *Store) Load(ctx context.Context) error {
 	}
 	if err := settleScript.Load(ctx, s.client).Err(); err != nil {
 		return fmt.Errorf("redisstore: load settle script: %w", err)
+	}
+	for _, sc := range []*redis.Script{concAcquire, concRelease, concRenew} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("redisstore: load concurrency script: %w", err)
+		}
 	}
 	ok, err := s.loadLibrary(ctx)
 	if err != nil {

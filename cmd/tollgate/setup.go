@@ -151,11 +151,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	// Preload the scripts; if Redis is not there yet, the first decisions
 	// load them.
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	err = rs.Load(lctx)
-	if err == nil {
-		err = rs.LoadConcurrency(lctx)
-	}
-	if err != nil {
+	if err := rs.Load(lctx); err != nil {
 		log.Warn("redis not reachable at startup; serving by failure mode until it is", "error", target.redact.Redact(err.Error()))
 	}
 	cancel()
