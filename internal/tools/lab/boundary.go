@@ -66,45 +66,9 @@ func Boundary(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg B
 	if cfg.Limit < 1 || cfg.Window <= 0 || cfg.Before <= 0 || cfg.After <= 0 || cfg.Before+cfg.After >= cfg.Window {
 		return nil, fmt.Errorf("lab: boundary: invalid config %+v", cfg)
 	}
-	id := freshKey("boundary")
-	store := redisstore.New(rdb)
-	lim := func(a tollgate.Algorithm) tollgate.Limit {
-		return tollgate.Limit{Algorithm: a, Rate: cfg.Limit, Period: cfg.Window, Burst: cfg.Limit}
-	}
-	span := cfg.Before + cfg.After
-	limiters := []struct {
-		name, note string
-		allow      func(context.Context) (bool, error)
-	}{
-		{"fixed window, INCR + EXPIRE", fmt.Sprintf("2× the limit within %v: the new window counts from zero", span),
-			naiveWindow{rdb: rdb, key: id + ":naive", limit: cfg.Limit, window: cfg.Window}.allow},
-		{"fixed_window (tollgate)", "the same: the fang is the algorithm's, not INCR's",
-			storeAllow(store, id, lim(tollgate.FixedWindow))},
-		{"token_bucket, burst " + strconv.Itoa(cfg.Limit), fmt.Sprintf("the burst, then only what refilled in %v", span),
-			storeAllow(store, id, lim(tollgate.TokenBucket))},
-		{"sliding_window_counter", "the previous window still weighs almost all of its count",
-			storeAllow(store, id, lim(tollgate.SlidingWindowCounter))},
-		{"sliding_window_log", fmt.Sprintf("exact: never more than %d in any %v", cfg.Limit, cfg.Window),
-			storeAllow(store, id, lim(tollgate.SlidingWindowLog))},
-	}
+	limiters := boundaryLimiters(rdb, cfg)
 	rows := make([]BoundaryRow, len(limiters))
-	batch := func(after bool) error {
-		for i, l := range limiters {
-			rows[i].Name = l.name
-			for range cfg.Limit {
-				ok, err := l.allow(ctx)
-				if err != nil {
-					return fmt.Errorf("lab: boundary: %s: %w", l.name, err)
-				}
-				if ok && after {
-					rows[i].After++
-				} else if ok {
-					rows[i].Before++
-				}
-			}
-		}
-		return nil
-	}
+	batch := func(after bool) error { return boundaryBatch(ctx, cfg, limiters, rows, after) }
 
 	// Find the next window edge in Redis time with room for the first batch
 	// before it, and sleep until then: sleeping a difference of two Redis
@@ -113,13 +77,7 @@ func Boundary(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg B
 	if err != nil {
 		return nil, err
 	}
-	// Windows are aligned to the Unix epoch (time.Truncate would align
-	// them to year 1).
-	win := cfg.Window.Microseconds()
-	edge := time.UnixMicro((now.UnixMicro()/win + 1) * win)
-	if edge.Sub(now) < cfg.Before+100*time.Millisecond {
-		edge = edge.Add(cfg.Window)
-	}
+	edge := nextEdge(now, cfg)
 	fmt.Fprintf(w, "# %d requests per %v window; %d requests %v before a window edge, %d more %v after it (Redis time)\n",
 		cfg.Limit, cfg.Window, cfg.Limit, cfg.Before, cfg.Limit, cfg.After)
 	if err := sleep(ctx, edge.Add(-cfg.Before).Sub(now)); err != nil {
@@ -146,16 +104,78 @@ func Boundary(ctx context.Context, rdb redis.UniversalClient, w io.Writer, cfg B
 	if now.Sub(edge) >= cfg.Window-cfg.Before {
 		return nil, fmt.Errorf("lab: boundary: the second batch ended %v after the window edge: the machine is too slow for this demo right now, run it again", now.Sub(edge))
 	}
+	return rows, printBoundary(w, cfg, limiters, rows)
+}
 
+// boundaryLimiter is one limiter of the demo: its name, what its row
+// shows, and its decision.
+type boundaryLimiter struct {
+	name, note string
+	allow      func(context.Context) (bool, error)
+}
+
+// boundaryLimiters are the demo's limiters, each on a key of its own.
+func boundaryLimiters(rdb redis.UniversalClient, cfg BoundaryConfig) []boundaryLimiter {
+	id := freshKey("boundary")
+	store := redisstore.New(rdb)
+	lim := func(a tollgate.Algorithm) tollgate.Limit {
+		return tollgate.Limit{Algorithm: a, Rate: cfg.Limit, Period: cfg.Window, Burst: cfg.Limit}
+	}
+	span := cfg.Before + cfg.After
+	return []boundaryLimiter{
+		{"fixed window, INCR + EXPIRE", fmt.Sprintf("2× the limit within %v: the new window counts from zero", span),
+			naiveWindow{rdb: rdb, key: id + ":naive", limit: cfg.Limit, window: cfg.Window}.allow},
+		{"fixed_window (tollgate)", "the same: the fang is the algorithm's, not INCR's",
+			storeAllow(store, id, lim(tollgate.FixedWindow))},
+		{"token_bucket, burst " + strconv.Itoa(cfg.Limit), fmt.Sprintf("the burst, then only what refilled in %v", span),
+			storeAllow(store, id, lim(tollgate.TokenBucket))},
+		{"sliding_window_counter", "the previous window still weighs almost all of its count",
+			storeAllow(store, id, lim(tollgate.SlidingWindowCounter))},
+		{"sliding_window_log", fmt.Sprintf("exact: never more than %d in any %v", cfg.Limit, cfg.Window),
+			storeAllow(store, id, lim(tollgate.SlidingWindowLog))},
+	}
+}
+
+// boundaryBatch sends cfg.Limit requests to each limiter and counts what
+// each admitted in its row, before the edge or after it.
+func boundaryBatch(ctx context.Context, cfg BoundaryConfig, limiters []boundaryLimiter, rows []BoundaryRow, after bool) error {
+	for i, l := range limiters {
+		rows[i].Name = l.name
+		for range cfg.Limit {
+			ok, err := l.allow(ctx)
+			if err != nil {
+				return fmt.Errorf("lab: boundary: %s: %w", l.name, err)
+			}
+			if ok && after {
+				rows[i].After++
+			} else if ok {
+				rows[i].Before++
+			}
+		}
+	}
+	return nil
+}
+
+// nextEdge returns the next window edge after now with room for the first
+// batch before it. Windows are aligned to the Unix epoch (time.Truncate
+// would align them to year 1).
+func nextEdge(now time.Time, cfg BoundaryConfig) time.Time {
+	win := cfg.Window.Microseconds()
+	edge := time.UnixMicro((now.UnixMicro()/win + 1) * win)
+	if edge.Sub(now) < cfg.Before+100*time.Millisecond {
+		edge = edge.Add(cfg.Window)
+	}
+	return edge
+}
+
+// printBoundary writes the demo's table.
+func printBoundary(w io.Writer, cfg BoundaryConfig, limiters []boundaryLimiter, rows []BoundaryRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i, r := range rows {
 		fmt.Fprintf(tw, "%s\tadmitted %d of %d\t(%d before the edge + %d after)\t%s\n",
 			r.Name, r.Before+r.After, 2*cfg.Limit, r.Before, r.After, limiters[i].note)
 	}
-	if err := tw.Flush(); err != nil {
-		return nil, err
-	}
-	return rows, nil
+	return tw.Flush()
 }
 
 // naiveWindow is the fixed window most people write first: the window's

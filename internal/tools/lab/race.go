@@ -132,97 +132,135 @@ func race(ctx context.Context, rdb redis.UniversalClient, cfg RaceConfig, mode s
 
 	// Start both processes and wait until both are connected, so neither
 	// gets a head start whatever their start-up takes.
-	args := []string{mode, cfg.URL, id, strconv.Itoa(cfg.Goroutines), strconv.Itoa(cfg.Requests)}
-	var (
-		wg      sync.WaitGroup
-		outs    [2]bytes.Buffer // stdout: the count
-		logs    [2]bytes.Buffer // stderr
-		errs    [2]error
-		workers [2]*exec.Cmd
-	)
-	for i := range workers {
+	ws, err := startWorkers(ctx, cfg, []string{mode, cfg.URL, id, strconv.Itoa(cfg.Goroutines), strconv.Itoa(cfg.Requests)})
+	if err != nil {
+		return run, err
+	}
+	first, waitErr := openRace(ctx, rdb, mode, id, key, ready, start, p)
+	if waitErr != nil {
+		ws.kill() // without the start signal the workers would wait in vain
+	}
+	ws.wait()
+	if waitErr != nil {
+		return run, fmt.Errorf("lab: race %s: %w (workers: %q, %q)", mode, waitErr, ws.logs[0].String(), ws.logs[1].String())
+	}
+	last, err := ws.collect(mode, first, &run)
+	if err != nil {
+		return run, err
+	}
+	run.Admitted = raceFirst + run.PerProcess[0] + run.PerProcess[1]
+	if mode == RaceNaive {
+		return naiveBound(ctx, rdb, run, first, p)
+	}
+	return luaBound(ctx, rdb, run, id, first, last, p)
+}
+
+// workers are the two processes of a race, with what they print.
+type workers struct {
+	cmds [2]*exec.Cmd
+	outs [2]bytes.Buffer // stdout: the count
+	logs [2]bytes.Buffer // stderr
+	errs [2]error
+	done sync.WaitGroup
+}
+
+// startWorkers starts the race's two processes with args, each waited for
+// on a goroutine of its own.
+func startWorkers(ctx context.Context, cfg RaceConfig, args []string) (*workers, error) {
+	ws := &workers{}
+	for i := range ws.cmds {
 		cmd := cfg.Spawn(ctx, args)
-		cmd.Stdout, cmd.Stderr = &outs[i], &logs[i]
+		cmd.Stdout, cmd.Stderr = &ws.outs[i], &ws.logs[i]
 		if err := cmd.Start(); err != nil {
-			for _, c := range workers[:i] {
+			for _, c := range ws.cmds[:i] {
 				_ = c.Process.Kill()
 				_ = c.Wait()
 			}
-			return run, fmt.Errorf("lab: race: start a worker process: %w", err)
+			return nil, fmt.Errorf("lab: race: start a worker process: %w", err)
 		}
-		workers[i] = cmd
+		ws.cmds[i] = cmd
 	}
-	for i, cmd := range workers {
-		wg.Go(func() { errs[i] = cmd.Wait() })
+	for i, cmd := range ws.cmds {
+		ws.done.Go(func() { ws.errs[i] = cmd.Wait() })
 	}
-	var first int64 // Redis time (µs) at which the race's bucket was full
-	waitErr := func() error {
-		if err := waitFor(ctx, rdb, ready, 2); err != nil {
-			return err
-		}
-		// The first call, then the start signal.
-		if mode == RaceLua {
-			res, at, err := redisstore.New(rdb).ReserveN(ctx, id, RaceLimit, raceFirst)
-			if err != nil {
-				return err
-			}
-			if !res.Allowed {
-				return fmt.Errorf("the first call was denied: %+v", res)
-			}
-			first = at
-		} else {
-			now, err := redisTime(ctx, rdb)
-			if err != nil {
-				return err
-			}
-			first = now.UnixMicro()
-			if err := rdb.HSet(ctx, key, "tokens", (p.Burst-raceFirst)*p.Unit, "time", first).Err(); err != nil {
-				return err
-			}
-		}
-		return rdb.Set(ctx, start, 1, time.Minute).Err()
-	}()
-	if waitErr != nil {
-		// Without the start signal the workers would wait in vain.
-		for _, c := range workers {
-			_ = c.Process.Kill()
-		}
+	return ws, nil
+}
+
+func (ws *workers) kill() {
+	for _, c := range ws.cmds {
+		_ = c.Process.Kill()
 	}
-	wg.Wait()
-	if waitErr != nil {
-		return run, fmt.Errorf("lab: race %s: %w (workers: %q, %q)", mode, waitErr, logs[0].String(), logs[1].String())
-	}
-	last := first // Redis time (µs) of the last admitted decision
-	for i, err := range errs {
+}
+
+func (ws *workers) wait() { ws.done.Wait() }
+
+// collect reads what each worker admitted into run, and returns the Redis
+// time (µs) of the last admitted decision, first if none came later.
+func (ws *workers) collect(mode string, first int64, run *RaceRun) (last int64, err error) {
+	last = first
+	for i, err := range ws.errs {
 		if err != nil {
-			return run, fmt.Errorf("lab: race %s: worker %d: %w: %s", mode, i, err, logs[i].String())
+			return 0, fmt.Errorf("lab: race %s: worker %d: %w: %s", mode, i, err, ws.logs[i].String())
 		}
 		var at int64
-		if _, err := fmt.Sscan(outs[i].String(), &run.PerProcess[i], &at); err != nil {
-			return run, fmt.Errorf("lab: race %s: worker %d printed %q", mode, i, outs[i].String())
+		if _, err := fmt.Sscan(ws.outs[i].String(), &run.PerProcess[i], &at); err != nil {
+			return 0, fmt.Errorf("lab: race %s: worker %d printed %q", mode, i, ws.outs[i].String())
 		}
 		last = max(last, at)
 	}
-	run.Admitted = raceFirst + run.PerProcess[0] + run.PerProcess[1]
+	return last, nil
+}
 
-	// The bound, in Redis time.
-	if mode == RaceNaive {
-		// The naive limiter's stored time can go backwards (a slow call
-		// writes an older time over a newer one), so count the refill up
-		// to now, after the processes exited: generous to it.
-		end, err := redisTime(ctx, rdb)
-		if err != nil {
-			return run, err
-		}
-		run.Span = time.Duration(end.UnixMicro()-first) * time.Microsecond
-		run.Refilled = (end.UnixMicro() - first) * p.UnitRate / p.Unit
-		run.Bound = p.Burst + run.Refilled
-		return run, nil
+// openRace waits until both workers are ready, makes the race's first call
+// — which leaves the bucket below its capacity — and gives the start
+// signal. It returns the Redis time (µs) at which the bucket was full.
+func openRace(ctx context.Context, rdb redis.UniversalClient, mode, id, key, ready, start string, p tollgate.Params) (first int64, err error) {
+	if err := waitFor(ctx, rdb, ready, 2); err != nil {
+		return 0, err
 	}
-	// The bucket never reaches its capacity during the race (see
-	// raceFirst), so every unit refilled between the first and the last
-	// admitted decision was either spent or is still there: admitted × unit
-	// + left = burst × unit + refill, to the unit.
+	if mode == RaceLua {
+		res, at, err := redisstore.New(rdb).ReserveN(ctx, id, RaceLimit, raceFirst)
+		if err != nil {
+			return 0, err
+		}
+		if !res.Allowed {
+			return 0, fmt.Errorf("the first call was denied: %+v", res)
+		}
+		first = at
+	} else {
+		now, err := redisTime(ctx, rdb)
+		if err != nil {
+			return 0, err
+		}
+		first = now.UnixMicro()
+		if err := rdb.HSet(ctx, key, "tokens", (p.Burst-raceFirst)*p.Unit, "time", first).Err(); err != nil {
+			return 0, err
+		}
+	}
+	return first, rdb.Set(ctx, start, 1, time.Minute).Err()
+}
+
+// naiveBound is the naive limiter's bound, in Redis time. Its stored time
+// can go backwards (a slow call writes an older time over a newer one), so
+// the refill is counted up to now, after the processes exited: generous to
+// it.
+func naiveBound(ctx context.Context, rdb redis.UniversalClient, run RaceRun, first int64, p tollgate.Params) (RaceRun, error) {
+	end, err := redisTime(ctx, rdb)
+	if err != nil {
+		return run, err
+	}
+	run.Span = time.Duration(end.UnixMicro()-first) * time.Microsecond
+	run.Refilled = (end.UnixMicro() - first) * p.UnitRate / p.Unit
+	run.Bound = p.Burst + run.Refilled
+	return run, nil
+}
+
+// luaBound is the script's bound, in Redis time, checked to the unit. The
+// bucket never reaches its capacity during the race (see raceFirst), so
+// every unit refilled between the first and the last admitted decision was
+// either spent or is still there: admitted × unit + left = burst × unit +
+// refill.
+func luaBound(ctx context.Context, rdb redis.UniversalClient, run RaceRun, id string, first, last int64, p tollgate.Params) (RaceRun, error) {
 	tokens, now, err := lookBucket(ctx, redisstore.New(rdb), id, p)
 	if err != nil {
 		return run, err
@@ -304,44 +342,64 @@ func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("lab: race worker: %w", err)
 	}
-
-	var (
-		allow func(context.Context) (bool, error)
-		last  atomic.Int64 // the Lua limiter's last admitted decision (µs)
-	)
+	var last atomic.Int64 // the Lua limiter's last admitted decision (µs)
+	allow := func(ctx context.Context) (bool, error) { return naiveBucket(ctx, rdb, id, p) }
 	if mode == RaceLua {
-		s := redisstore.New(rdb)
-		allow = func(ctx context.Context) (bool, error) {
-			res, at, err := s.ReserveN(ctx, id, RaceLimit, 1)
-			if err != nil || !res.Allowed {
-				return false, err
-			}
-			for {
-				v := last.Load()
-				if at <= v || last.CompareAndSwap(v, at) {
-					return true, nil
-				}
+		allow = luaAllow(redisstore.New(rdb), id, &last)
+	}
+	if err := getReady(ctx, rdb, id, goroutines); err != nil {
+		return fmt.Errorf("lab: race worker: %w", err)
+	}
+	admitted, err := spend(ctx, allow, goroutines, requests)
+	if err != nil {
+		return fmt.Errorf("lab: race worker: %w", err)
+	}
+	_, err = fmt.Fprintln(w, admitted, last.Load())
+	return err
+}
+
+// luaAllow decides one request of the race through the store's script and
+// keeps in last the Redis time of the latest it admitted.
+func luaAllow(s *redisstore.Store, id string, last *atomic.Int64) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		res, at, err := s.ReserveN(ctx, id, RaceLimit, 1)
+		if err != nil || !res.Allowed {
+			return false, err
+		}
+		for {
+			v := last.Load()
+			if at <= v || last.CompareAndSwap(v, at) {
+				return true, nil
 			}
 		}
-	} else {
-		allow = func(ctx context.Context) (bool, error) { return naiveBucket(ctx, rdb, id, p) }
 	}
-	// Open the pool's connections before saying ready, so the start is
-	// not spent dialling.
+}
+
+// getReady opens the pool's connections, says the worker is ready and
+// waits for the start signal, so that the start is not spent dialling.
+func getReady(ctx context.Context, rdb *redis.Client, id string, goroutines int) error {
 	var wg sync.WaitGroup
 	for range goroutines {
 		wg.Go(func() { _ = rdb.Ping(ctx).Err() })
 	}
 	wg.Wait()
 	if err := rdb.Incr(ctx, id+":ready").Err(); err != nil {
-		return fmt.Errorf("lab: race worker: %w", err)
+		return err
 	}
 	if err := waitFor(ctx, rdb, id+":go", 1); err != nil {
-		return fmt.Errorf("lab: race worker: wait for the start: %w", err)
+		return fmt.Errorf("wait for the start: %w", err)
 	}
+	return nil
+}
 
-	var admitted atomic.Int64
-	var failed atomic.Pointer[error]
+// spend makes requests calls of allow from each of goroutines goroutines
+// and returns how many it admitted, or the first error.
+func spend(ctx context.Context, allow func(context.Context) (bool, error), goroutines, requests int) (int64, error) {
+	var (
+		wg       sync.WaitGroup
+		admitted atomic.Int64
+		failed   atomic.Pointer[error]
+	)
 	for range goroutines {
 		wg.Go(func() {
 			for range requests {
@@ -358,10 +416,9 @@ func RaceWorker(ctx context.Context, args []string, w io.Writer) error {
 	}
 	wg.Wait()
 	if err := failed.Load(); err != nil {
-		return fmt.Errorf("lab: race worker: %w", *err)
+		return 0, *err
 	}
-	_, err = fmt.Fprintln(w, admitted.Load(), last.Load())
-	return err
+	return admitted.Load(), nil
 }
 
 // naiveBucket is the limiter that breaks under concurrency: the same token bucket,
