@@ -35,7 +35,7 @@ check:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	@# The public API: exported names per package, as scripts/apicount counts them.
-	$(GO) run ./scripts/apicount
+	$(GO) run ./scripts/apicount -max 220
 	@# 32-bit platforms: everything builds but the test-only conformance package.
 	GOARCH=386 $(GO) build $$($(GO) list ./... | grep -v /internal/test/conformance)
 
