@@ -1,6 +1,6 @@
 // Package grpclimit is rate limiting for gRPC servers: unary and stream
 // server interceptors with the same rules, policies, failure modes, dry-run
-// and metrics as httplimit (both are built on package enforce).
+// and metrics as httplimit, and the same options (package enforce).
 //
 //	lim, err := grpclimit.New(store, []grpclimit.Rule{{
 //		Name:     "reports",
@@ -109,7 +109,7 @@ type call struct {
 }
 
 // Peer keys calls by the client's address: the peer, or behind trusted
-// proxies the address in their forwarding metadata (WithClientIP); IPv6
+// proxies the address in their forwarding metadata (enforce.WithClientIP); IPv6
 // grouped by /64. It is the zero Key.
 func Peer() Key {
 	return Key{ruleset.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {

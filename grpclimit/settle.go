@@ -32,7 +32,7 @@ import (
 // The store must be a tollgate.Settler (memorystore and redisstore are):
 // New refuses the rule otherwise. A settle is a store call made after the
 // handler returns, in the background, so that the client never waits for
-// it: bounded by WithTimeout like every store call, on a context the end of
+// it: bounded by enforce.WithTimeout like every store call, on a context the end of
 // the call does not cancel, and when the store fails or misses the
 // deadline, counted in tollgate_grpc_store_errors_total and logged,
 // sampled, the estimate standing. A call the Limiter turns away was not

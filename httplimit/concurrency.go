@@ -69,13 +69,13 @@ type concurrency struct {
 // sooner — and a problem+json body naming the rule (or what
 // WithRejectHandler writes; Rejection.Concurrency holds the decision).
 //
-// Each store call is bounded as WithTimeout says (50 ms by default). When
+// Each store call is bounded as enforce.WithTimeout says (50 ms by default). When
 // the store fails or misses that deadline on taking a slot, the rule's
 // FailureMode applies: fail open runs the handler without a slot, fail
-// closed answers 503 with WithFailClosedRetryAfter's Retry-After. A slot
+// closed answers 503 with enforce.WithFailClosedRetryAfter's Retry-After. A slot
 // taken by a call whose answer came too late is not known here; it lapses
-// at the end of its lease. Failures are logged (WithLogger), at most once
-// per WithLogInterval for each kind of call. The other Options do not
+// at the end of its lease. Failures are logged (enforce.WithLogger), at most once
+// per enforce.WithLogInterval for each kind of call. The other options do not
 // apply; no metrics are recorded.
 //
 // Put the rate limits first, lim.Handler(conc.Handler(mux)), so that a client

@@ -24,7 +24,7 @@
 // Put short windows first.
 //
 // A rule's FailureMode says what happens when the store fails or misses its
-// deadline (WithTimeout, 50 ms by default): FailOpen lets the request
+// deadline (enforce.WithTimeout, 50 ms by default): FailOpen lets the request
 // through, FailClosed answers 503 with Retry-After. Every failure is counted
 // and logged, at most once per log interval. A DryRun rule counts, reports
 // and logs what it would have done, and never blocks.
@@ -53,8 +53,9 @@
 // handler runs long, and gives the slot back when the handler returns or
 // panics; a request that finds every slot taken gets 429 with Retry-After.
 //
-// The decisions and the engine behind them live in package enforce; the
-// headers in headers; client addresses in clientip.
+// What a rule means at every door — Policy, FailureMode — and the options
+// New and Concurrency take live in package enforce; the headers in
+// headers; client addresses in clientip.
 package httplimit
 
 import (

@@ -26,7 +26,7 @@ import (
 type Key struct{ k ruleset.Key[call] }
 
 // ClientIP keys requests by client address, as the Limiter's
-// clientip.Resolver finds it (WithClientIP): the peer address unless
+// clientip.Resolver finds it (enforce.WithClientIP): the peer address unless
 // trusted proxies are configured; IPv6 grouped by /64. It is the zero Key.
 func ClientIP() Key {
 	return Key{ruleset.ValueKey("ip", func(dst []byte, c call) ([]byte, bool) {

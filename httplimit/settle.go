@@ -31,7 +31,7 @@ import (
 // The store must be a tollgate.Settler (memorystore and redisstore are):
 // New refuses the rule otherwise. A settle is a store call made after the
 // response, in the background, so that the client never waits for it: it
-// is bounded by WithTimeout like every store call, on a context the end of
+// is bounded by enforce.WithTimeout like every store call, on a context the end of
 // the request does not cancel, and when the store fails or misses the
 // deadline it is counted in tollgate_http_store_errors_total and logged,
 // sampled, and the estimate stands. A request the Limiter turns away (by
