@@ -10,7 +10,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/test/conformance"
-	"github.com/tollgate/tollgate/memorystore"
 	"github.com/tollgate/tollgate/tiered"
 )
 
@@ -46,90 +45,6 @@ func changed(rng *rand.Rand, l tollgate.Limit) tollgate.Limit {
 		if c.Validate() == nil {
 			return c
 		}
-	}
-}
-
-// TestDenialCacheMatchesPlainStore drives a tiered store (denial cache
-// only) and a plain store, each over its own memorystore on one clock, with
-// the same random requests: random limits and costs, plan changes on live
-// keys, a clock that stands still, steps forward and steps back. Every
-// decision must be the plain store's: the local tier only answers what the
-// global store would answer. A local denial that should have been an
-// admission, or the reverse, shows here as a different Allowed, and the two
-// states would drift apart afterwards.
-func TestDenialCacheMatchesPlainStore(t *testing.T) {
-	// Not parallel with the other tests: its many goroutines would slow
-	// down those that hold deadlines.
-	const steps, seeds = 20_000, 6
-	for seed := uint64(1); seed <= seeds; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			rng := rand.New(rand.NewPCG(seed, 0x7165726564))
-			clock := conformance.NewClock()
-			// No timeout and no degraded mode: on a busy machine a call that
-			// outlasted the timeout would be decided by the degraded-mode
-			// store, which is not what this test compares.
-			s := tiered.New(memorystore.New(memorystore.WithClock(clock.Now)), tiered.WithClock(clock.Now),
-				tiered.WithTimeout(0), tiered.WithoutDegradedMode())
-			plain := memorystore.New(memorystore.WithClock(clock.Now))
-			ctx := context.Background()
-			type state struct {
-				key   string
-				limit tollgate.Limit
-			}
-			live := make([]state, 6)
-			for i := range live {
-				live[i] = state{fmt.Sprintf("k%d", i%3), randomLimit(rng)}
-			}
-			var at time.Duration
-			begin := time.Now()
-			for i := 0; i < steps; i++ {
-				switch r := rng.IntN(100); {
-				case r < 40: // the clock stands still
-				case r < 75:
-					at += time.Duration(rng.IntN(50_000)) * time.Microsecond
-				case r < 90:
-					at += time.Duration(rng.IntN(3000)) * time.Millisecond
-				case r < 97:
-					at -= time.Duration(rng.IntN(2000)) * time.Millisecond // NTP, a VM resumed
-				default:
-					at += time.Duration(rng.IntN(120)) * time.Second
-				}
-				clock.Set(at)
-				st := &live[rng.IntN(len(live))]
-				switch r := rng.IntN(100); {
-				case r < 3:
-					st.limit = changed(rng, st.limit)
-				case r < 4:
-					st.limit = randomLimit(rng) // another algorithm or period: another state
-				case r < 5:
-					if err := s.Reset(ctx, st.key, st.limit); err != nil {
-						t.Fatal(err)
-					}
-					if err := plain.Reset(ctx, st.key, st.limit); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				n := rng.IntN(st.limit.Capacity() + 1)
-				if rng.IntN(2) == 0 {
-					n = min(1, n) // small costs most of the time: what gets denied locally
-				}
-				want, werr := plain.AllowN(ctx, st.key, st.limit, n)
-				got, gerr := s.AllowN(ctx, st.key, st.limit, n)
-				if werr != nil || gerr != nil {
-					t.Fatalf("step %d: %s n %d: errors %v and %v", i, st.limit, n, gerr, werr)
-				}
-				if got.Allowed != want.Allowed {
-					t.Fatalf("step %d at %v: %s key %s n %d:\ntiered %+v\nplain  %+v", i, at, st.limit, st.key, n, got, want)
-				}
-			}
-			st := s.Stats()
-			t.Logf("%d steps in %v: %d global calls, %d denials answered locally", steps, time.Since(begin).Round(time.Millisecond), st.GlobalCalls, st.LocalDenials)
-			if st.LocalDenials == 0 {
-				t.Errorf("no denial answered locally: the test does not exercise the cache")
-			}
-		})
 	}
 }
 
