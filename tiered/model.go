@@ -78,11 +78,13 @@ func remember(p *tollgate.Params, limit tollgate.Limit, n int, res tollgate.Resu
 //     of cost 1 stays a denial of cost 1 with Remaining 0 until its
 //     RetryAfter, and both durations count down. Only that is answered.
 func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, bool) {
-	el := now.Sub(e.at)
-	if el < 0 || !now.Before(e.until) {
+	// Elapsed µs as the stores count them: each instant truncated to a
+	// µs, then subtracted (not the difference truncated, which can be a
+	// µs shorter on a clock finer than a µs).
+	us := now.UnixMicro() - e.at.UnixMicro()
+	if us < 0 || !now.Before(e.until) {
 		return tollgate.Result{}, false
 	}
-	us := int64(el / time.Microsecond)
 	res := tollgate.Result{Limit: e.limit}
 	switch p.Algorithm {
 	case tollgate.TokenBucket, tollgate.LeakyBucket, tollgate.GCRA:
