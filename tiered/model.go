@@ -81,8 +81,8 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 	// Elapsed µs as the stores count them: each instant truncated to a
 	// µs, then subtracted (not the difference truncated, which can be a
 	// µs shorter on a clock finer than a µs).
-	us := now.UnixMicro() - e.at.UnixMicro()
-	if us < 0 || !now.Before(e.until) {
+	us, left := now.UnixMicro()-e.at.UnixMicro(), e.until.UnixMicro()-now.UnixMicro()
+	if us < 0 || left <= 0 {
 		return tollgate.Result{}, false
 	}
 	res := tollgate.Result{Limit: e.limit}
@@ -113,9 +113,9 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 		if m <= e.res.Remaining {
 			return res, false
 		}
-		left := e.until.Sub(e.at) - time.Duration(us)*time.Microsecond
 		res.Remaining = e.res.Remaining
-		res.RetryAfter, res.ResetAfter = left, left
+		res.RetryAfter = time.Duration(left) * time.Microsecond
+		res.ResetAfter = res.RetryAfter
 	default:
 		if m != 1 {
 			return res, false
