@@ -63,7 +63,7 @@ func TestLocalAnswersExact(t *testing.T) {
 	// Not parallel with the other tests: it would slow down those that
 	// hold deadlines.
 	memory := exactRun{
-		steps:   60_000,
+		steps:   25_000,
 		changes: true,
 		limit: func(rng *rand.Rand) tollgate.Limit {
 			if rng.IntN(3) == 0 {
@@ -107,7 +107,7 @@ func TestLocalAnswersExact(t *testing.T) {
 		name  string
 		seeds uint64
 		run   exactRun
-	}{{"memory", 60, memory}, {"redis", 2, redis}} {
+	}{{"memory", 6, memory}, {"redis", 2, redis}} {
 		for seed := uint64(1); seed <= tc.seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, seed), func(t *testing.T) {
 				t.Parallel()

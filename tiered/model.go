@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
 // seen is what the global store answered for a key: enough to tell, later,
@@ -145,7 +146,17 @@ func (e *seen) deny(p *tollgate.Params, m int, now time.Time) (tollgate.Result, 
 // depend on the lag). A lagging store does not drain until its clock
 // catches up, so at any later moment the level is at least the smaller of
 // floor+1 and the low end of the range drained since.
+//
+// Levels are counted in int64, which holds any level an admission under
+// this limit leaves (below 2^53 units), but not every duration counted in
+// units: a GCRA state that a clock step back, or a slower limit, left
+// months ahead of the clock is more units than an int64 holds at a high
+// rate (5,532,222 per 24h counts a µs as 922,037 units). A Result with a
+// duration of more than 2^53 units is not answered locally (ok false).
 func (e *seen) levels(p *tollgate.Params) (lo, hi, floor int64, ok bool) {
+	if most := exact.Max / p.UnitRate; max(e.res.ResetAfter, e.res.RetryAfter, e.res.Delay) > time.Duration(most)*time.Microsecond {
+		return 0, 0, 0, false
+	}
 	capacity := p.Burst * p.Unit
 	queue := p.MaxDelayUS * p.UnitRate
 	s := micros(e.res.ResetAfter)

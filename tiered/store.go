@@ -58,9 +58,10 @@
 // costs, so only cost-1 denials are answered locally (Remaining 0, exact
 // durations); the rest go to the global store. After the global store's
 // clock went backwards (its state is then ahead of its clock, and every
-// duration it reports carries the difference), a local decision is still
-// the global store's, and so are its durations, but its Remaining may be
-// lower until that clock catches up.
+// duration it reports carries the difference), a local answer is still the
+// global store's, field by field; but a bucket whose durations come to more
+// than 2^53 units of its limit (a GCRA state months ahead of its clock, at
+// millions per day) is left to the global store.
 //
 // The store is a tollgate.Settler when its global store is one: reservations
 // and settles go to the global store (see ReserveN), and a settle clears
