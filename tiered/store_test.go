@@ -25,7 +25,7 @@ var server *redistest.Server
 
 func TestMain(m *testing.M) { redistest.Main(m, &server) }
 
-func key(t *testing.T) string { return fmt.Sprintf("%s:%d", t.Name(), rand.Int64()) }
+func key(tb testing.TB) string { return fmt.Sprintf("%s:%d", tb.Name(), rand.Int64()) }
 
 // untimed leaves the global store's calls without a timeout of their own, for
 // the tests of answers and counts: on a busy machine a call could outlast
