@@ -43,6 +43,45 @@ func TestSettleForgetsDenial(t *testing.T) {
 	}
 }
 
+// TestRefundOnAnotherInstance: two instances share a global store; B
+// reserves a key's whole bucket, A is denied, then B refunds it all. A's
+// next request must be decided as the global store decides it: admitted,
+// not denied from what A remembered before the refund.
+func TestRefundOnAnotherInstance(t *testing.T) {
+	t.Parallel()
+	for _, g := range globalStores() {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clock := conformance.NewClock()
+			global := g.new(t, clock.Now)
+			a := tiered.New(global, tiered.WithClock(clock.Now), untimed)
+			b := tiered.New(global, tiered.WithClock(clock.Now), untimed)
+			limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}
+			k := key(t)
+
+			res, at, err := b.ReserveN(ctx, k, limit, 10)
+			if err != nil || !res.Allowed {
+				t.Fatalf("B reserves 10 of 10 = %+v, %v; want allowed", res, err)
+			}
+			if res, err := a.AllowN(ctx, k, limit, 1); err != nil || res.Allowed {
+				t.Fatalf("A asks for 1 after the reservation = %+v, %v; want denied", res, err)
+			}
+			clock.Set(time.Second)
+			if res, err := b.SettleN(ctx, k, limit, at, 10, 0); err != nil || res.Remaining != 10 {
+				t.Fatalf("B refunds 10 = %+v, %v; want 10 remaining", res, err)
+			}
+			got, err := a.AllowN(ctx, k, limit, 1)
+			if err != nil || !got.Allowed || got.Remaining != 9 {
+				t.Errorf("A asks for 1 after B's refund = %+v, %v; want allowed with 9 remaining, as the global store decides", got, err)
+			}
+			if look, err := global.AllowN(ctx, k, limit, 0); err != nil || look.Remaining != 9 {
+				t.Errorf("the global store after A's request = %+v, %v; want 9 remaining (A's request spent there)", look, err)
+			}
+		})
+	}
+}
+
 func TestSettleNeedsSettlingGlobal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
