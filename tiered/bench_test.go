@@ -2,6 +2,7 @@ package tiered_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 )
 
 // BenchmarkOverLimit measures a request of a key over its limit: what an
-// abusive client costs, per request, over each global store.
+// abusive client costs, per request, over each global store, with and
+// without the denial cache.
 func BenchmarkOverLimit(b *testing.B) {
 	for _, g := range []struct {
 		name string
@@ -24,10 +26,18 @@ func BenchmarkOverLimit(b *testing.B) {
 			return redisstore.New(server.Client(b), redisstore.WithClock(now))
 		}},
 	} {
-		for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
-			b.Run(g.name+"/"+alg.String(), func(b *testing.B) {
+		for _, tc := range []struct {
+			alg   tollgate.Algorithm
+			cache bool
+		}{{tollgate.TokenBucket, false}, {tollgate.TokenBucket, true}, {tollgate.GCRA, false}, {tollgate.GCRA, true}} {
+			alg := tc.alg
+			b.Run(fmt.Sprintf("%s/%s/cache=%v", g.name, alg, tc.cache), func(b *testing.B) {
 				clock := conformance.NewClock()
-				s := tiered.New(g.new(clock.Now), tiered.WithClock(clock.Now), untimed)
+				opts := []tiered.Option{tiered.WithClock(clock.Now), untimed}
+				if tc.cache {
+					opts = append(opts, tiered.WithDenialCache())
+				}
+				s := tiered.New(g.new(clock.Now), opts...)
 				limit := tollgate.Limit{Algorithm: alg, Rate: 10, Period: time.Minute, Burst: 10}
 				ctx, k := context.Background(), key(b)
 				for range limit.Burst {

@@ -123,7 +123,7 @@ func (r exactRun) check(t *testing.T, rng *rand.Rand) {
 	// No timeout and no degraded mode: on a busy machine a call that
 	// outlasted the timeout would be decided by the degraded-mode store,
 	// which is not what this test compares.
-	s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithTimeout(0), tiered.WithoutDegradedMode())
+	s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithTimeout(0), tiered.WithoutDegradedMode())
 	ctx := context.Background()
 	type state struct {
 		key   string

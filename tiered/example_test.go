@@ -18,7 +18,7 @@ func ExampleNew() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	global := memorystore.New(memorystore.WithClock(clock))
-	s := tiered.New(global, tiered.WithClock(clock), tiered.WithInstances(4))
+	s := tiered.New(global, tiered.WithClock(clock), tiered.WithDenialCache(), tiered.WithInstances(4))
 	lim := tollgate.New(s)
 	limit := tollgate.PerSecond(2)
 	for i := 0; i < 5; i++ {

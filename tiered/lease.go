@@ -149,9 +149,12 @@ func (s *Store) leaseTaken(ctx context.Context, k skey, p *tollgate.Params, key 
 		return l.result(sent), nil
 	}
 	s.remember(k, p, limit, cost, res, sent)
-	// (Not counted as a local denial: it took a global call.)
-	if r, ok := s.lookupDenial(k, p, limit, n, sent); ok {
-		return r, nil
+	// The same answer may deny n too. (Not counted as a local denial: it
+	// took a global call.)
+	if e, ok := remember(p, limit, cost, res, sent); ok {
+		if r, ok := e.deny(p, n, sent); ok {
+			return r, nil
+		}
 	}
 	ok, probe := s.breaker.allow(s.now())
 	if !ok {

@@ -133,7 +133,7 @@ func TestLeaseBeforeDenial(t *testing.T) {
 			t.Parallel()
 			clock := conformance.NewClock()
 			global := g.new(t, clock.Now)
-			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(10, time.Minute))
+			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithLeases(10, time.Minute))
 			plain := memorystore.New(memorystore.WithClock(clock.Now))
 			key := key(t)
 			for i, n := range costs {

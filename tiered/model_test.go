@@ -52,7 +52,7 @@ func TestClockWentBack(t *testing.T) {
 			t.Run(g.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				clock := conformance.NewClock()
-				s := tiered.New(g.new(t, clock.Now), tiered.WithClock(clock.Now), untimed)
+				s := tiered.New(g.new(t, clock.Now), tiered.WithClock(clock.Now), tiered.WithDenialCache(), untimed)
 				plain := memorystore.New(memorystore.WithClock(clock.Now))
 				ctx := context.Background()
 				key := key(t)

@@ -80,7 +80,7 @@ func TestLeaseBoundUnderConcurrency(t *testing.T) {
 					global := &slowed{Store: g.new(t, clock.Now)}
 					var stores []*tiered.Store
 					for range instances {
-						stores = append(stores, tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, ttl),
+						stores = append(stores, tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithLeases(k, ttl),
 							// No timeout and no degraded mode: a slow call on a busy
 							// machine would otherwise be decided locally, at the
 							// whole limit, and the bound would not be the leases'.

@@ -47,15 +47,21 @@ func (s *Store) ReserveN(ctx context.Context, key string, limit tollgate.Limit, 
 }
 
 // SettleN implements tollgate.Settler in the global store, which must be a
-// tollgate.Settler itself, and forgets the key's remembered denial: a refund
-// may have made room that the denial cache does not know of.
+// tollgate.Settler itself. With WithDenialCache it refuses a refund (an
+// actual cost below the reserved one), which the other instances' denial
+// caches would not see, and forgets the key's remembered denial after a
+// charge, whose RetryAfter is longer than the remembered one.
 func (s *Store) SettleN(ctx context.Context, key string, limit tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, error) {
 	g, err := s.settler()
 	if err != nil {
 		return tollgate.Result{Limit: limit}, err
 	}
-	if _, _, err := tollgate.CheckSettle(key, limit, at, reserved, actual); err != nil {
+	_, d, err := tollgate.CheckSettle(key, limit, at, reserved, actual)
+	if err != nil {
 		return tollgate.Result{Limit: limit}, fmt.Errorf("tiered: %w", err)
+	}
+	if d < 0 && s.cache {
+		return tollgate.Result{Limit: limit}, fmt.Errorf("tiered: a refund of %d (reserved %d, actual %d) on a store with a denial cache, which other instances' caches would not see (see WithDenialCache)", -d, reserved, actual)
 	}
 	res, err := s.globalCall(ctx, limit, s.now(), func(ctx context.Context) (tollgate.Result, error) {
 		return g.SettleN(ctx, key, limit, at, reserved, actual)

@@ -12,34 +12,71 @@ import (
 	"github.com/tollgate/tollgate/tiered"
 )
 
-// A refund makes room that a remembered denial does not know of: the
-// settle must make the local tier forget it.
-func TestSettleForgetsDenial(t *testing.T) {
+// TestDenialCacheRefusesRefunds: a store with the denial cache refuses
+// refunds, which the other instances' caches would not see, and changes
+// nothing; charges go through, and the store that made one forgets its own
+// remembered denial, whose RetryAfter is now too short.
+func TestDenialCacheRefusesRefunds(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	clock := conformance.NewClock()
-	s := tiered.New(memorystore.New(memorystore.WithClock(clock.Now)), tiered.WithClock(clock.Now), untimed)
-	limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Minute, Burst: 5}
-	k := key(t)
+	for _, g := range globalStores() {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clock := conformance.NewClock()
+			global := g.new(t, clock.Now)
+			a := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), untimed)
+			b := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), untimed)
+			limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}
+			k := key(t)
 
-	res, at, err := s.ReserveN(ctx, k, limit, 5)
-	if err != nil || !res.Allowed {
-		t.Fatalf("reserve 5 of 5 = %+v, %v; want allowed", res, err)
-	}
-	for i, want := range []bool{false, false} {
-		if got, err := s.AllowN(ctx, k, limit, 1); err != nil || got.Allowed != want {
-			t.Fatalf("request %d after the reservation: allowed %v, %v; want %v", i, got.Allowed, err, want)
-		}
-	}
-	if got, want := s.Stats().LocalDenials, uint64(2); got != want {
-		t.Fatalf("local denials = %d, want %d: the reservation left nothing, which the local tier knows", got, want)
-	}
-	if _, err := s.SettleN(ctx, k, limit, at, 5, 0); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.AllowN(ctx, k, limit, 1)
-	if err != nil || !got.Allowed || got.Remaining != 4 {
-		t.Errorf("after the refund = %+v, %v; want allowed with 4 remaining", got, err)
+			_, at, err := b.ReserveN(ctx, k, limit, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if res, err := a.AllowN(ctx, k, limit, 1); err != nil || res.Allowed {
+					t.Fatalf("A asks for 1 after the reservation = %+v, %v; want denied", res, err)
+				}
+			}
+			if got, want := a.Stats().LocalDenials, uint64(1); got != want {
+				t.Fatalf("A answered %d denials locally, want %d", got, want)
+			}
+			clock.Set(time.Second)
+			before, err := global.AllowN(ctx, k, limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = b.SettleN(ctx, k, limit, at, 10, 0)
+			if err == nil || !strings.HasPrefix(err.Error(), "tiered: ") || !strings.Contains(err.Error(), "refund of 10") {
+				t.Fatalf("B refunds 10: err = %v, want tiered: … refund of 10 …", err)
+			}
+			if after, err := global.AllowN(ctx, k, limit, 0); err != nil || after != before {
+				t.Fatalf("the global store after the refused refund = %+v, %v; want %+v, unchanged", after, err, before)
+			}
+			got, err := a.AllowN(ctx, k, limit, 1)
+			if err != nil || got.Allowed || a.Stats().LocalDenials != 2 {
+				t.Fatalf("A asks for 1 after the refused refund = %+v, %v; want denied locally", got, err)
+			}
+			if want, err := global.AllowN(ctx, k, limit, 1); err != nil || got != want {
+				t.Errorf("A's local denial %+v, the global store's %+v (%v)", got, want, err)
+			}
+
+			// A charge (and a settle at the reserved cost) goes through.
+			if _, err := b.SettleN(ctx, k, limit, at, 10, 10); err != nil {
+				t.Fatalf("settle at the reserved cost: %v", err)
+			}
+			if res, err := b.SettleN(ctx, k, limit, at, 10, 12); err != nil || res.Remaining != 0 {
+				t.Fatalf("charge 2 more = %+v, %v", res, err)
+			}
+			calls := b.Stats().GlobalCalls
+			got, err = b.AllowN(ctx, k, limit, 1)
+			if err != nil || b.Stats().GlobalCalls != calls+1 {
+				t.Fatalf("B asks for 1 after its charge = %+v, %v; want it asked of the global store", got, err)
+			}
+			if want, err := global.AllowN(ctx, k, limit, 1); err != nil || got != want {
+				t.Errorf("B's answer after the charge %+v, the global store's %+v (%v)", got, want, err)
+			}
+		})
 	}
 }
 

@@ -7,14 +7,17 @@
 // admit still goes to it — and the local tier answers only what it can
 // derive from what the global store said:
 //
-//   - Denial cache (always on). After the global store denies a key, or
-//     admits a request that leaves less than its cost, the next requests of
-//     that key which the global store would certainly deny are denied
-//     locally, with the Result the global store would give (Remaining,
-//     RetryAfter and ResetAfter computed from the remembered Result and the
-//     time elapsed; see the note on exactness below), until they could pass.
-//     An abusive client then costs the global store about one call per
-//     token it earns, however fast it sends.
+//   - Denial cache (WithDenialCache, off by default). After the global
+//     store denies a key, or admits a request that leaves less than its
+//     cost, the next requests of that key which the global store would
+//     certainly deny are denied locally, with the Result the global store
+//     would give (Remaining, RetryAfter and ResetAfter computed from the
+//     remembered Result and the time elapsed; see the notes below), until
+//     they could pass. An abusive client then costs the global store about
+//     one call per token it earns, however fast it sends. It is off by
+//     default because it rests on a premise about every program that
+//     shares the global store, which no instance can check by itself: that
+//     no one refunds (see "What a local denial promises").
 //   - Token leases (WithLeases, off by default). A request takes K tokens
 //     from the global store in one call and spends them locally, one call
 //     per K decisions, for TokenBucket, GCRA, a policing LeakyBucket and
@@ -44,11 +47,28 @@
 //     (log/slog) and counted (Stats, WithStateChange); every decision made
 //     locally is counted.
 //
-// Exactness of a local denial: it is never one the global store would not
-// give at that moment, because elapsed time is counted from when the global
-// call was sent (before the global store decided) and other instances can
-// only have spent more since. The local Result equals what the global store
-// would answer if nothing else had touched the key: for GCRA and FixedWindow
+// What a local denial promises: it is the denial the global store would give
+// at that moment, provided that since the global answer it was derived from
+// nothing gave back what the key had spent, but time: no refund (a settle
+// for less than was reserved, by any instance or program), no Reset but
+// through this store, and no decision of the key under another Rate or
+// Burst of the same algorithm and period (instances that disagree on a
+// limit, during its rollout). Whatever else the other instances do, they
+// can only have spent more, and the elapsed time is counted from when the
+// global call was sent (before the global store decided), so the local tier
+// assumes at least the refill there was. The premise cannot be checked
+// locally: a refund made by another instance is seen only by asking the
+// global store, the very call the cache saves, and it can undo a denial
+// for as long as the remembered RetryAfter, which for a key in debt is
+// long. So the cache is off unless WithDenialCache says the premise holds,
+// and a Store made with it keeps the premise for its part: it refuses
+// refunds (SettleN for less than reserved fails and changes nothing), so
+// that instances configured alike keep it together. Turn it on where keys
+// are only spent (AllowN, reservations settled at their cost or above,
+// costs charged after the fact); leave it off where requests are refunded.
+//
+// Exactness: the local Result equals what the global store would answer if
+// nothing else had touched the key: for GCRA and FixedWindow
 // the remembered Result gives the whole state; for TokenBucket and
 // LeakyBucket it gives the level to within one microsecond of drain (a
 // single value when the rate divides the period in microseconds: every "N
@@ -64,8 +84,7 @@
 // millions per day) is left to the global store.
 //
 // The store is a tollgate.Settler when its global store is one: reservations
-// and settles go to the global store (see ReserveN), and a settle clears
-// the key's remembered denial.
+// and settles go to the global store (see ReserveN and SettleN).
 //
 // Reset through this store clears the local tier for the key; a Reset made
 // elsewhere (another instance, redis-cli) is not seen until the key's local
@@ -94,7 +113,7 @@ type Store struct {
 	log      *slog.Logger
 	onChange func(from, to State)
 
-	denials *table[seen]
+	denials *table[seen] // nil without WithDenialCache
 
 	leaseSize int
 	leaseTTL  time.Duration
@@ -106,6 +125,7 @@ type Store struct {
 	localFor  func(tollgate.Limit) tollgate.Limit
 	local     *memorystore.Store
 
+	cache   bool
 	maxKeys int
 	breaker breaker
 	stats   counters
@@ -157,6 +177,16 @@ func WithBreaker(failures int, coolDown time.Duration) Option {
 	}
 }
 
+// WithDenialCache turns the denial cache on (see the package doc): the
+// requests of a key that the global store would certainly deny are denied
+// locally. It says that nothing refunds what keys spend in the global
+// store — no instance or other program sharing it settles a reservation
+// for less than it reserved — and the store keeps that for its part:
+// SettleN with an actual cost below the reserved one fails, and changes
+// nothing. Reservations settled at their cost or above, and costs charged
+// after the fact, are fine.
+func WithDenialCache() Option { return func(o *options) { o.s.cache = true } }
+
 // WithLeases enables token leases of k tokens (see the package doc), each
 // valid for ttl (default 1s; a FixedWindow lease also ends with its window).
 // k < 2 leaves leases off. Each instance may then admit, per key, up to k
@@ -200,7 +230,9 @@ func New(global tollgate.Store, opts ...Option) *Store {
 		opt(&o)
 	}
 	s := &o.s
-	s.denials = newTable(s.maxKeys, func(e *seen, now time.Time) bool { return !now.Before(e.until) })
+	if s.cache {
+		s.denials = newTable(s.maxKeys, func(e *seen, now time.Time) bool { return !now.Before(e.until) })
+	}
 	if s.leaseSize >= 2 {
 		s.leases = newTable(s.maxKeys, func(l *lease, now time.Time) bool { return !now.Before(l.expires) })
 	}

@@ -35,10 +35,12 @@ var untimed = tiered.WithTimeout(0)
 
 // overRedis is the conformance backend of a tiered store in front of
 // redisstore: every answer, local or global, must be what the table says.
-func overRedis() conformance.Backend {
+// With the denial cache, the store refuses refunds, which the settle table
+// makes: it is then shown to the table as a Store, not a Settler.
+func overRedis(cache bool) conformance.Backend {
 	return conformance.Backend{
 		New: func(t *testing.T, now func() time.Time) tollgate.Store {
-			return tiered.New(redisstore.New(server.Client(t), redisstore.WithClock(now)), tiered.WithClock(now), untimed)
+			return newTested(redisstore.New(server.Client(t), redisstore.WithClock(now)), now, cache)
 		},
 		TTL: func(t *testing.T, s tollgate.Store, key string, limit tollgate.Limit) (time.Duration, bool) {
 			d, err := server.Client(t).PTTL(context.Background(), redisstore.New(nil).Key(key, limit)).Result()
@@ -55,12 +57,20 @@ func overRedis() conformance.Backend {
 // overMemory is the same in front of a memorystore: no Redis, so the
 // differential test can afford many steps. (Its TTLs are memorystore's,
 // tested there.)
-func overMemory() conformance.Backend {
+func overMemory(cache bool) conformance.Backend {
 	return conformance.Backend{
 		New: func(t *testing.T, now func() time.Time) tollgate.Store {
-			return tiered.New(memorystore.New(memorystore.WithClock(now)), tiered.WithClock(now), untimed)
+			return newTested(memorystore.New(memorystore.WithClock(now)), now, cache)
 		},
 	}
+}
+
+// newTested is the tiered store a conformance backend tests, over global.
+func newTested(global tollgate.Store, now func() time.Time, cache bool) tollgate.Store {
+	if !cache {
+		return tiered.New(global, tiered.WithClock(now), untimed)
+	}
+	return struct{ tollgate.Store }{tiered.New(global, tiered.WithClock(now), untimed, tiered.WithDenialCache())}
 }
 
 // TestConformance: the local tier never changes an answer. The table's
@@ -70,16 +80,18 @@ func overMemory() conformance.Backend {
 // memorystore's answers.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	t.Run("redis", func(t *testing.T) { t.Parallel(); conformance.Run(t, overRedis()) })
-	t.Run("memory", func(t *testing.T) { t.Parallel(); conformance.Run(t, overMemory()) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); conformance.Run(t, overRedis(true)) })
+	t.Run("memory", func(t *testing.T) { t.Parallel(); conformance.Run(t, overMemory(true)) })
+	// Without the cache the store is a Settler: the settle table too.
+	t.Run("redis without cache", func(t *testing.T) { t.Parallel(); conformance.Run(t, overRedis(false)) })
 	t.Run("differential redis", func(t *testing.T) {
 		t.Parallel()
-		conformance.Differential(t, overRedis(), conformance.T0, 2000, 11)
+		conformance.Differential(t, overRedis(true), conformance.T0, 2000, 11)
 	})
 	t.Run("differential memory", func(t *testing.T) {
 		t.Parallel()
 		for seed := uint64(1); seed <= 5; seed++ {
-			conformance.Differential(t, overMemory(), conformance.T0, 20000, seed)
+			conformance.Differential(t, overMemory(true), conformance.T0, 20000, seed)
 		}
 	})
 }
@@ -139,7 +151,7 @@ func TestAbusiveClient(t *testing.T) {
 		t.Run(tc.alg.String(), func(t *testing.T) {
 			t.Parallel()
 			rdb, sent := counted(t, server)
-			s := tiered.New(redisstore.New(rdb), untimed)
+			s := tiered.New(redisstore.New(rdb), tiered.WithDenialCache(), untimed)
 			limit := tollgate.Limit{Algorithm: tc.alg, Rate: rate, Period: time.Second, Burst: rate}
 			k := key(t)
 			ctx := context.Background()
@@ -189,7 +201,7 @@ func TestLocalDenialFields(t *testing.T) {
 	clock := conformance.NewClock()
 	rdb, sent := counted(t, server)
 	global := redisstore.New(rdb, redisstore.WithClock(clock.Now))
-	s := tiered.New(global, tiered.WithClock(clock.Now), untimed)
+	s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), untimed)
 	ctx := context.Background()
 	for _, limit := range []tollgate.Limit{
 		{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 10},
@@ -299,7 +311,7 @@ func TestInvalidInput(t *testing.T) {
 // TestReset forgets the remembered denial along with the global state.
 func TestReset(t *testing.T) {
 	t.Parallel()
-	s := tiered.New(redisstore.New(server.Client(t)))
+	s := tiered.New(redisstore.New(server.Client(t)), tiered.WithDenialCache())
 	ctx := context.Background()
 	k, limit := key(t), tollgate.PerMinute(1)
 	for i, want := range []bool{true, false, false} {

@@ -20,7 +20,8 @@ func keyOf(key string, limit tollgate.Limit) skey {
 	return skey{key: key, alg: limit.Algorithm, period: limit.Period}
 }
 
-// table is a bounded map from skey to V, in independently locked shards.
+// table is a bounded map from skey to V, in independently locked shards. A
+// nil table holds nothing, and keeps nothing it is given.
 // When a shard is full, an insertion drops a few expired entries or, if
 // none, one arbitrary entry: the tables hold hints (what the global store
 // said, tokens leased), and losing one only costs a global call.
@@ -61,6 +62,9 @@ func (t *table[V]) shard(k skey) *tshard[V] {
 // update calls f with the entry for k (and whether there is one) under the
 // shard's lock; f returns the new entry and whether to keep it.
 func (t *table[V]) update(k skey, now time.Time, f func(v V, ok bool) (V, bool)) {
+	if t == nil {
+		return
+	}
 	sh := t.shard(k)
 	sh.mu.Lock()
 	old, ok := sh.m[k]
@@ -99,6 +103,9 @@ func (t *table[V]) makeRoom(sh *tshard[V], now time.Time) {
 }
 
 func (t *table[V]) delete(k skey) {
+	if t == nil {
+		return
+	}
 	sh := t.shard(k)
 	sh.mu.Lock()
 	delete(sh.m, k)
@@ -106,6 +113,9 @@ func (t *table[V]) delete(k skey) {
 }
 
 func (t *table[V]) len() int {
+	if t == nil {
+		return 0
+	}
 	n := 0
 	for i := range t.shards {
 		sh := &t.shards[i]

@@ -19,7 +19,7 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	s := tiered.New(memorystore.New(memorystore.WithClock(clock)), tiered.WithClock(clock))
+	s := tiered.New(memorystore.New(memorystore.WithClock(clock)), tiered.WithClock(clock), tiered.WithDenialCache())
 	reg := prometheus.NewPedanticRegistry()
 	if err := tieredprom.Register(reg, s, "api"); err != nil {
 		t.Fatal(err)
