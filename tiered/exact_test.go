@@ -63,7 +63,7 @@ func TestLocalAnswersExact(t *testing.T) {
 	// Not parallel with the other tests: it would slow down those that
 	// hold deadlines.
 	memory := exactRun{
-		steps:   25_000,
+		steps:   20_000,
 		changes: true,
 		limit: func(rng *rand.Rand) tollgate.Limit {
 			if rng.IntN(3) == 0 {
