@@ -23,7 +23,8 @@ type seen struct {
 // when its answer came back: the global store decided somewhere in
 // between, so the model assumes at least as much refill as there really
 // was. A local denial is therefore always one the global store would also
-// give at that moment (other instances can only have spent more); the cost
+// give at that moment (other instances can only have spent more, on the
+// premise the package doc states: nothing refunds); the cost
 // is that a local RetryAfter may be short by up to one round trip.
 
 // remember returns what to keep from a global decision of cost n under

@@ -58,9 +58,11 @@
 // global call was sent (before the global store decided), so the local tier
 // assumes at least the refill there was. The premise cannot be checked
 // locally: a refund made by another instance is seen only by asking the
-// global store, the very call the cache saves, and it can undo a denial
-// for as long as the remembered RetryAfter, which for a key in debt is
-// long. So the cache is off unless WithDenialCache says the premise holds,
+// global store, the very call the cache saves (a count of refunds kept
+// there would have to be read on every local answer too), and it can undo
+// a denial for as long as the remembered RetryAfter, which for a key in
+// debt is long; a shorter life for remembered entries would make wrong
+// denials shorter, not impossible. So the cache is off unless WithDenialCache says the premise holds,
 // and a Store made with it keeps the premise for its part: it refuses
 // refunds (SettleN for less than reserved fails and changes nothing), so
 // that instances configured alike keep it together. Turn it on where keys
@@ -68,13 +70,12 @@
 // costs charged after the fact); leave it off where requests are refunded.
 //
 // Exactness: the local Result equals what the global store would answer if
-// nothing else had touched the key: for GCRA and FixedWindow
-// the remembered Result gives the whole state; for TokenBucket and
-// LeakyBucket it gives the level to within one microsecond of drain (a
-// single value when the rate divides the period in microseconds: every "N
-// per second" with N dividing 10^6, and so on), and a request is answered
-// locally only when every level in that range gives the same denial. For
-// the sliding windows the Result does not say when room frees up for larger
+// nothing else had touched the key: for GCRA and FixedWindow the remembered
+// Result gives the whole state; for TokenBucket and LeakyBucket it gives
+// the level to within one microsecond of drain (a single value when the
+// rate divides the period in microseconds: every "N per second" with N
+// dividing 10^6, and so on), and a request is answered locally only when
+// every level in that range gives the same denial. For the sliding windows the Result does not say when room frees up for larger
 // costs, so only cost-1 denials are answered locally (Remaining 0, exact
 // durations); the rest go to the global store. After the global store's
 // clock went backwards (its state is then ahead of its clock, and every
