@@ -51,14 +51,16 @@ func localCacheKeys(bytes int) int { return max(1, bytes/localCacheEntryBytes) }
 // store rs, when --local-cache-bytes asks for one. It answers only what
 // Redis would certainly answer (a denial, with Redis's own numbers), and
 // leaves failures to --failure-mode as before: the cache decides nothing
-// while Redis is down, and sets no deadline beyond --timeout.
+// while Redis is down, and sets no deadline beyond --timeout. The service
+// never refunds what a request spent (a stream's settle only charges
+// more), which is what tiered's denial cache needs to be exact.
 func (x *envoyExtras) withLocalCache(rs tollgate.Store, log *slog.Logger) tollgate.Store {
 	if x.localCacheBytes <= 0 {
 		return rs
 	}
 	log.Info("local cache of denials in front of Redis", "bytes", x.localCacheBytes, "keys", localCacheKeys(x.localCacheBytes))
 	return tiered.New(rs, tiered.WithMaxKeys(localCacheKeys(x.localCacheBytes)), tiered.WithoutDegradedMode(),
-		tiered.WithTimeout(0), tiered.WithLogger(log))
+		tiered.WithTimeout(0), tiered.WithLogger(log), tiered.WithDenialCache())
 }
 
 // servePrometheus serves srv's metrics on --prometheus-addr until the

@@ -128,7 +128,7 @@ func redisRows(pipeWindow time.Duration, pipeBatch int) []row {
 		}},
 		row{name: "abusive (99% denied): tollgate tiered over redisstore", build: func(rdb *redis.Client) (op, error) {
 			s, err := defaults(rdb)
-			return storeOp(tiered.New(s, tiered.WithTimeout(0)), abusive), err
+			return storeOp(tiered.New(s, tiered.WithTimeout(0), tiered.WithDenialCache()), abusive), err
 		}, note: "denials answered locally"},
 		row{name: "abusive (99% denied): go-redis/redis_rate v10", peer: "redis_rate (abusive)", build: func(rdb *redis.Client) (op, error) {
 			l := redis_rate.NewLimiter(rdb)
