@@ -61,8 +61,10 @@ type Server struct {
 }
 
 // New returns a Server deciding against store. It has no rules until
-// SetRules or Reload; until then every descriptor is answered OK and
-// /readyz says not ready.
+// SetRules or Reload; until then /healthcheck answers 200, /readyz says
+// not ready, and every request fails with gRPC Unknown, "no rate limit
+// configuration loaded", as envoyproxy/ratelimit's does before its first
+// config.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
 		store:    store,
