@@ -28,12 +28,13 @@ type Server struct {
 
 	// What decides: the store, through the engine, under the rules in
 	// force.
-	store    tollgate.Store
-	conc     tollgate.ConcurrencyStore // the slots of concurrency rules (WithConcurrencyStore)
-	engine   *engine.Engine            // spends each descriptor's limit: the step every door shares
-	snap     atomic.Pointer[snapshot]  // the rules in force, swapped whole (rules.go)
-	reloadMu sync.Mutex                // one load at a time
-	loadOpts []config.Option           // how Reload loads rules
+	store       tollgate.Store
+	conc        tollgate.ConcurrencyStore // the slots of concurrency rules (WithConcurrencyStore)
+	engine      *engine.Engine            // spends each descriptor's limit: the step every door shares
+	snap        atomic.Pointer[snapshot]  // the rules in force, swapped whole (rules.go)
+	reloadMu    sync.Mutex                // one load at a time
+	reloadFails failureLog                // the log of failed loads, sampled (rules.go)
+	loadOpts    []config.Option           // how Reload loads rules
 
 	// How it decides and answers: set by the options, read-only once New
 	// returns.
