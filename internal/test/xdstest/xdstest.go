@@ -40,12 +40,12 @@ import (
 // Gateway's certgen makes them for its xDS server and the rate limit
 // service.
 type Certs struct {
-	CA                     string
-	ServerCert, ServerKey  string
-	ClientCert, ClientKey  string
-	ServerName             string // a DNS name the server certificate holds beside 127.0.0.1
-	caCert                 *x509.Certificate
-	caKey                  *ecdsa.PrivateKey
+	CA                    string
+	ServerCert, ServerKey string
+	ClientCert, ClientKey string
+	ServerName            string // a DNS name the server certificate holds beside 127.0.0.1
+	caCert                *x509.Certificate
+	caKey                 *ecdsa.PrivateKey
 }
 
 // NewCerts writes a CA and the two certificates into a directory of the
