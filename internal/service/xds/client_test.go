@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -189,4 +190,107 @@ func refusedStorm(t *testing.T, srv *xdstest.Server, s *service.Server, log *log
 		t.Errorf("%d log lines for %d refusals of one snapshot, want 1", got, nacks)
 	}
 	t.Logf("%d NACKs of one refused snapshot in %.1f s", nacks, elapsed)
+}
+
+// TestHostileSnapshots pushes snapshots past the loader's bounds and wants
+// each NACKed with the loader's message, the rules in force kept; and one
+// past the largest message, which gRPC refuses before the loader sees it,
+// to leave the rules in force too.
+func TestHostileSnapshots(t *testing.T) {
+	t.Parallel()
+	certs := xdstest.NewCerts(t)
+	srv := xdstest.Start(t, certs)
+	var log logBuffer
+	s, _ := follow(t, srv, certs, &log)
+	srv.Push(t, node, "1", domain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 3))
+	testkit.Eventually(t, "the first push in force", func() bool { return limitOf(t, s, "default/eg/http") == 3 })
+
+	huge := domain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 4)
+	for i := range 40 {
+		huge.Descriptors = append(huge.Descriptors, &rlsconf.RateLimitDescriptor{Key: "k", Value: fmt.Sprint(i, strings.Repeat("v", 30<<10))})
+	}
+	deep := &rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: 1, RequestsPerUnit: 1}}
+	for range 40 {
+		deep = &rlsconf.RateLimitDescriptor{Key: "k", Descriptors: []*rlsconf.RateLimitDescriptor{deep}}
+	}
+	many := make([]*rlsconf.RateLimitConfig, 257)
+	for i := range many {
+		many[i] = domain(fmt.Sprint("default/eg/", i), rlsconf.RateLimitUnit_MINUTE, 4)
+	}
+	for i, tc := range []struct {
+		name    string
+		configs []*rlsconf.RateLimitConfig
+		want    string
+	}{
+		{"huge", []*rlsconf.RateLimitConfig{huge}, "config: default/eg/http: larger than the limit of 1048576 bytes"},
+		{"deep", []*rlsconf.RateLimitConfig{domain("default/eg/http", 2, 4), {Name: "deep", Domain: "deep", Descriptors: []*rlsconf.RateLimitDescriptor{deep}}},
+			"config: deep:17:29: descriptors nested deeper than 16 levels (the limit)"},
+		{"many", many, "config: 257 sources, more than the limit of 256"},
+	} {
+		srv.Push(t, node, fmt.Sprint(i+2), tc.configs...)
+		testkit.Eventually(t, tc.name+": a NACK with the loader's message", func() bool { return strings.Contains(lastRequest(srv).Error, tc.want) })
+		if got := limitOf(t, s, "default/eg/http"); got != 3 {
+			t.Errorf("%s: the limit in force is %d, want 3 still", tc.name, got)
+		}
+	}
+
+	overMessage := domain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 4)
+	for i := range 160 {
+		overMessage.Descriptors = append(overMessage.Descriptors, &rlsconf.RateLimitDescriptor{Key: "k", Value: fmt.Sprint(i, strings.Repeat("v", 30<<10))})
+	}
+	srv.Push(t, node, "9", overMessage)
+	testkit.Eventually(t, "the stream failed on a message over 4 MiB", func() bool { return strings.Contains(log.String(), "ResourceExhausted") })
+	if got := limitOf(t, s, "default/eg/http"); got != 3 {
+		t.Errorf("over 4 MiB: the limit in force is %d, want 3 still", got)
+	}
+	srv.Push(t, node, "10", domain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 5))
+	testkit.Eventually(t, "the next snapshot in force", func() bool { return limitOf(t, s, "default/eg/http") == 5 })
+}
+
+// TestTLSRefusals wants no rules from a server that cannot show a
+// certificate for the name asked, nor from one that wants a client
+// certificate the client does not have: the client keeps trying, and
+// says why.
+func TestTLSRefusals(t *testing.T) {
+	t.Parallel()
+	certs := xdstest.NewCerts(t)
+	srv := xdstest.Start(t, certs)
+	srv.Push(t, node, "1", domain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 3))
+	for _, tc := range []struct {
+		name string
+		tls  xds.TLSFiles
+		want string
+	}{
+		{"another name", xds.TLSFiles{Cert: certs.ClientCert, Key: certs.ClientKey, CA: certs.CA, ServerName: "other.test"}, "not other.test"},
+		{"no client certificate", xds.TLSFiles{CA: certs.CA}, "certificate required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var log logBuffer
+			s, err := service.New(memorystore.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := xds.New(xds.Config{Server: srv.Addr, NodeID: node, TLS: &tc.tls, Backoff: xds.Backoff{Initial: 20 * time.Millisecond},
+				Log: slog.New(slog.NewTextHandler(&log, nil))}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go c.Run(ctx)
+			testkit.Eventually(t, "the refusal logged", func() bool { return strings.Contains(log.String(), tc.want) })
+			select {
+			case <-c.FirstResponse():
+				t.Error("a response came through")
+			default:
+			}
+			if s.Rules() != nil {
+				t.Error("rules were put in force")
+			}
+		})
+	}
+	if _, err := xds.New(xds.Config{Server: srv.Addr, TLS: &xds.TLSFiles{CA: certs.ClientKey}}, nil); err == nil || !strings.Contains(err.Error(), "holds no PEM certificate") {
+		t.Errorf("New with a key for a CA = %v, want it refused", err)
+	}
 }
