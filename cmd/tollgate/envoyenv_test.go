@@ -72,6 +72,26 @@ func setFlags(fs *flag.FlagSet) map[string]string {
 var compose = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
 	"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211"}
 
+// envoyGateway is the environment Envoy Gateway v1.0 and v1.1 give the
+// rate limit service's Deployment, certificates under dir, but for
+// USE_STATSD=true.
+func envoyGateway(dir string) []string {
+	return []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=info", "USE_STATSD=false",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + dir + "/tls.crt", "GRPC_SERVER_TLS_KEY=" + dir + "/tls.key", "GRPC_CLIENT_TLS_CACERT=" + dir + "/ca.crt",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + dir + "/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + dir + "/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + dir + "/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true"}
+}
+
+// xdsDefaults are the flags envoy mode sets with rules over xDS: those of
+// envoyDefaults but --ignore-dotfiles, which is about files.
+func xdsDefaults(more map[string]string) map[string]string {
+	m := envoyDefaults(more)
+	delete(m, "ignore-dotfiles")
+	return m
+}
+
 // envoyDefaults are the flags envoy mode sets whatever the environment.
 func envoyDefaults(more map[string]string) map[string]string {
 	m := map[string]string{
@@ -142,6 +162,23 @@ func TestEnvoyEnvMapping(t *testing.T) {
 			"tracing": "true", "tracing-service-name": "RateLimit", "tracing-service-namespace": "ns", "tracing-service-instance-id": "i1",
 			"tracing-exporter-protocol": "http", "tracing-sampling-rate": "1",
 		})},
+		{"envoy gateway v1.0-1.1", envoyGateway("/certs"), xdsDefaults(map[string]string{
+			"xds": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-force-start": "true",
+			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt",
+			"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key", "grpc-tls-client-ca": "/certs/ca.crt",
+			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info",
+		})},
+		{"every xDS variable", []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "CONFIG_GRPC_XDS_NODE_METADATA=a=b,c=d",
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=1s", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=cp.example", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=1s",
+			"XDS_CLIENT_BACKOFF_MAX_INTERVAL=5000000000", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.2", "XDS_CLIENT_BACKOFF_JITTER=false",
+			"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=8388608", "MERGE_DOMAIN_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=false"}, xdsDefaults(map[string]string{
+			"xds": "cp:18000", "xds-node-id": "default", "xds-node-metadata": "a=b,c=d", "xds-tls": "true", "xds-tls-server-name": "cp.example",
+			"xds-backoff-initial": "1s", "xds-backoff-max": "5000000000ns", "xds-backoff-random-factor": "0.2", "xds-backoff-jitter": "false",
+			"xds-max-message-bytes": "8388608", "merge-domains": "true",
+		})},
+		{"xDS variables of rules from files", []string{"CONFIG_TYPE=FILE", "RUNTIME_WATCH_ROOT=false", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+			"XDS_CLIENT_BACKOFF_JITTER=maybe", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=x"}, envoyDefaults(map[string]string{"config": "/srv/runtime_data/current/config"})},
 		{"defaults of refused variables", []string{"USE_STATSD=False", "USE_DOG_STATSD=0", "BACKEND_TYPE=redis", "CONFIG_TYPE=file", "REDIS_PERSECOND=false",
 			"GRPC_MAX_CONNECTION_AGE=24h0m", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.50"}, envoyDefaults(nil)},
 		{"variables of what is off", []string{"USE_STATSD=false", "STATSD_HOST=statsd", "CONFIG_GRPC_XDS_SERVER_URL=xds:18000", "REDIS_PERSECOND_URL=rl2:6379",
@@ -186,7 +223,10 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		{[]string{"USE_STATSD=true", "STATSD_HOST=statsd", "STATSD_PORT=9125"}, []string{"USE_STATSD=", "STATSD_HOST=", "STATSD_PORT="}},
 		{[]string{"USE_DOG_STATSD=true", "USE_STATSD=false"}, []string{"USE_DOG_STATSD="}},
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211"}, []string{`BACKEND_TYPE="memcache"`, "MEMCACHE_HOST_PORT=", "REDIS_URL"}},
-		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=n"}, []string{"CONFIG_TYPE=", "CONFIG_GRPC_XDS_NODE_ID=", "RUNTIME_ROOT"}},
+		{[]string{"CONFIG_TYPE=grpc_xds_delta"}, []string{`CONFIG_TYPE="grpc_xds_delta"`, "FILE or GRPC_XDS_SOTW"}},
+		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=", "/readyz"}},
+		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=soon"}, []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL="}},
+		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=soon"}, []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="}},
 		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=r2:6379"}, []string{"REDIS_PERSECOND=", "REDIS_PERSECOND_URL="}},
 		{[]string{"GRPC_UDS=/tmp/rl.sock"}, []string{"GRPC_UDS=", "GRPC_PORT"}},
 		{[]string{"GRPC_MAX_CONNECTION_AGE=1h"}, []string{"GRPC_MAX_CONNECTION_AGE=", "--grpc-max-connection-idle"}},
