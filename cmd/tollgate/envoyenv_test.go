@@ -112,7 +112,8 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		want map[string]string // every flag set, with its value
 	}{
 		{"no envoy variable", nil, map[string]string{}},
-		{"tollgate's own REDIS_URL and REDIS_AUTH", []string{"REDIS_URL=redis://127.0.0.1:6379", "REDIS_AUTH=pw", "OTEL_EXPORTER_OTLP_ENDPOINT=http://x"}, map[string]string{}},
+		{"tollgate's own REDIS_URL and REDIS_AUTH", []string{"REDIS_URL=redis://127.0.0.1:6379", "REDIS_AUTH=pw", "OTEL_EXPORTER_OTLP_ENDPOINT=http://x",
+			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x"}, map[string]string{}},
 		{"docker-compose example", compose, envoyDefaults(map[string]string{
 			"log-level": "debug", "config": "/data/ratelimit/config",
 			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10",
@@ -173,7 +174,7 @@ func TestEnvoyEnvMapping(t *testing.T) {
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=cp.example", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=1s",
 			"XDS_CLIENT_BACKOFF_MAX_INTERVAL=5000000000", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.2", "XDS_CLIENT_BACKOFF_JITTER=false",
 			"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=8388608", "MERGE_DOMAIN_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=false"}, xdsDefaults(map[string]string{
-			"xds": "cp:18000", "xds-node-id": "default", "xds-node-metadata": "a=b,c=d", "xds-tls": "true", "xds-tls-server-name": "cp.example",
+			"xds": "cp:18000", "xds-node-metadata": "a=b,c=d", "xds-tls": "true", "xds-tls-server-name": "cp.example",
 			"xds-backoff-initial": "1s", "xds-backoff-max": "5000000000ns", "xds-backoff-random-factor": "0.2", "xds-backoff-jitter": "false",
 			"xds-max-message-bytes": "8388608", "merge-domains": "true",
 		})},
