@@ -74,12 +74,13 @@ var compose = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE
 
 // envoyGateway is the environment Envoy Gateway v1.0 and v1.1 give the
 // rate limit service's Deployment, certificates under dir, but for
-// USE_STATSD=true.
+// USE_STATSD=true. GRPC_SERVER_TLS_CA_CERT is none of envoy's variables:
+// envoy does not read it, nor does tollgate.
 func envoyGateway(dir string) []string {
 	return []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit",
 		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=info", "USE_STATSD=false",
 		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
-		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + dir + "/tls.crt", "GRPC_SERVER_TLS_KEY=" + dir + "/tls.key", "GRPC_CLIENT_TLS_CACERT=" + dir + "/ca.crt",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + dir + "/tls.crt", "GRPC_SERVER_TLS_KEY=" + dir + "/tls.key", "GRPC_SERVER_TLS_CA_CERT=" + dir + "/ca.crt",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + dir + "/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + dir + "/tls.key",
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + dir + "/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true"}
 }
@@ -166,7 +167,7 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		{"envoy gateway v1.0-1.1", envoyGateway("/certs"), xdsDefaults(map[string]string{
 			"xds": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-force-start": "true",
 			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt",
-			"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key", "grpc-tls-client-ca": "/certs/ca.crt",
+			"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
 			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info",
 		})},
 		{"every xDS variable", []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "CONFIG_GRPC_XDS_NODE_METADATA=a=b,c=d",
@@ -392,6 +393,14 @@ descriptors:
 // waits until it listens.
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	p := spawnEnv(t, env, args...)
+	p.awaitListening(grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return p
+}
+
+// spawnEnv runs tollgate serve with no environment but env, and args.
+func spawnEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(tollgateBinary(t), append([]string{"serve"}, args...)...)
 	cmd.Env = env
 	p := &proc{t: t, cmd: cmd, log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
@@ -406,14 +415,20 @@ func startEnv(t *testing.T, env []string, args ...string) *proc {
 			t.Logf("tollgate log:\n%s", p.log.String())
 		}
 	})
-	m := p.log.waitFor(t, listening, 20*time.Second)
+	return p
+}
+
+// awaitListening waits until p listens, and dials its gRPC address with
+// creds.
+func (p *proc) awaitListening(creds grpc.DialOption) {
+	p.t.Helper()
+	m := p.log.waitFor(p.t, listening, 20*time.Second)
 	p.http, p.grpc = "http://"+m[1], m[3]
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.grpc, creds)
 	if err != nil {
-		t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	p.conn, p.rls = conn, pb.NewRateLimitServiceClient(conn)
-	return p
 }
 
 // composeEnv is envoyproxy/ratelimit's docker-compose example environment

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/service"
@@ -99,6 +100,7 @@ func (f *serveFlags) newXDSClient(getenv env, srv *service.Server, log *slog.Log
 	for k := range headers {
 		names = append(names, k)
 	}
+	slices.Sort(names)
 	log.Info("rules over xDS", "server", x.server, "node_id", x.nodeID, "tls", x.tls, "client_certificate", x.cert != "",
 		"headers", strings.Join(names, ","), "force_start", x.forceStart, "store", store)
 	return nil
