@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -137,6 +138,9 @@ func (w *writer) descriptors(ds []*rlsconf.RateLimitDescriptor) {
 		if d.GetDetailedMetric() {
 			w.raw(`, "detailed_metric": true`)
 		}
+		if quotaMode(d) {
+			w.raw(`, "quota_mode": true`)
+		}
 		if cs := d.GetDescriptors(); len(cs) > 0 {
 			w.raw(`, "descriptors": [`)
 			w.descriptors(cs)
@@ -202,4 +206,36 @@ func fileLimit(l config.Limits) int64 {
 		return l.MaxFileSize
 	}
 	return config.DefaultLimits().MaxFileSize
+}
+
+// quotaModeField is quota_mode's number in later versions of the schema
+// than the module's tollgate builds with, which keeps it among a
+// descriptor's unknown fields.
+const quotaModeField = 7
+
+// quotaMode reads quota_mode from d's unknown fields: the last value wins,
+// as protobuf has it.
+func quotaMode(d *rlsconf.RateLimitDescriptor) bool {
+	on := false
+	b := d.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num == quotaModeField && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return false
+			}
+			on = v != 0
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return false
+		}
+		b = b[m:]
+	}
+	return on
 }

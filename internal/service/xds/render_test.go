@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -80,6 +81,8 @@ func TestRenderedResourcesLoad(t *testing.T) {
 			{Key: odd, Value: odd, ShadowMode: true, DetailedMetric: true, RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 1,
 				Name: "n", Replaces: []*rlsconf.RateLimitReplace{{Name: "other"}}}}}}},
 			[][2]string{{odd, odd}}, "default/eg/http." + odd + "_" + odd + " 1/hour name=n replaces=other dry-run detailed"},
+		{"quota_mode of a later schema", []proto.Message{quotaConfig(t)},
+			[][2]string{{"k", "v"}}, "default/eg/http.k 2/second quota"},
 		{"empty key", []proto.Message{&rlsconf.RateLimitConfig{Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{{Value: "v"}}}},
 			nil, "config: d:2:9: descriptor has no key"},
 		{"no domain", []proto.Message{&rlsconf.RateLimitConfig{Name: "n"}}, nil, "config: n:1:12: domain is missing or empty"},
@@ -133,7 +136,28 @@ func describe(r *config.Rule) string {
 	if r.DetailedMetric {
 		s += " detailed"
 	}
+	if r.QuotaMode {
+		s += " quota"
+	}
 	return s
+}
+
+// quotaConfig is a domain whose descriptor says quota_mode: true in field
+// 7, as later versions of the schema write it.
+func quotaConfig(t testing.TB) *rlsconf.RateLimitConfig {
+	t.Helper()
+	d := &rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 2}}
+	b, err := proto.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, 7, protowire.VarintType)
+	b = protowire.AppendVarint(b, 1)
+	var later rlsconf.RateLimitDescriptor
+	if err := proto.Unmarshal(b, &later); err != nil {
+		t.Fatal(err)
+	}
+	return &rlsconf.RateLimitConfig{Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{&later}}
 }
 
 // TestHostileResources wants resources past the loader's bounds refused
