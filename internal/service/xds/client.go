@@ -162,7 +162,7 @@ func (c *Client) Run(ctx context.Context) {
 		fails++
 		wait := c.cfg.Backoff.next(fails)
 		if ok, skipped := c.logs.Allow(time.Now()); ok {
-			c.cfg.Log.Warn("xDS: no stream to the management server; the rules in force stay, reconnecting",
+			c.cfg.Log.Warn("xDS: no stream to the management server; reconnecting",
 				"server", c.cfg.Server, "error", errText(err), "in", wait.Round(time.Millisecond).String(), engine.Skipped(skipped))
 		}
 		if !sleep(ctx, wait) {
