@@ -162,7 +162,7 @@ func TestServeEnvoyGatewayXDS(t *testing.T) {
 	mgmt.Push(t, egNode, "1", egDomain("default/eg/http", rlsconf.RateLimitUnit_HOUR, 13))
 	restarted := time.Now()
 	testkit.Eventually(t, `version "1" of the restarted server in force`, func() bool { return limitOf(p, "default/eg/http") == 13 })
-	t.Logf("the restarted server's rules in force %v after it started (envoy's backoff: 10 s ± 50%%)", time.Since(restarted).Round(time.Millisecond))
+	t.Logf("the restarted server's rules in force %v after it started (the first wait to reconnect: envoy's default, 10 s ± 50%%)", time.Since(restarted).Round(time.Millisecond))
 	if got := limitOf(p, "default/eg/grpc"); got != -1 {
 		t.Errorf("default/eg/grpc after the restart's snapshot: limit %d, want none", got)
 	}
