@@ -65,7 +65,7 @@ func sources(resources []*anypb.Any, max int64) ([]config.Source, error) {
 
 // render writes c as a rules file of at most about max bytes.
 func render(c *rlsconf.RateLimitConfig, max int64) []byte {
-	w := writer{max: int(min(max, 1<<40))}
+	w := writer{max: int(min(max, 1<<30))} // within an int on 32-bit platforms too
 	w.raw(`{"domain": `)
 	w.str(c.GetDomain())
 	if ds := c.GetDescriptors(); len(ds) > 0 {
