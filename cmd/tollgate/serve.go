@@ -65,14 +65,11 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2
 	}
-	// What keeps the rules current starts before the listeners: without
-	// --xds-force-start, serve listens once the management server's first
-	// response is handled, as envoyproxy/ratelimit does.
+	// What keeps the rules current starts before the listeners (xdsflags.go).
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	o.f.background(bg, srv, log)
 	if !o.f.xds.awaitFirst(ctx, log) {
-		log.Info("stopped before the first rules came")
 		return 0
 	}
 	hl, gl, err := o.listen()

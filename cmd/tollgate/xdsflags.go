@@ -118,6 +118,7 @@ func (x *xdsFlags) awaitFirst(ctx context.Context, log *slog.Logger) bool {
 	case <-x.client.FirstResponse():
 		return true
 	case <-ctx.Done():
+		log.Info("stopped before the first rules came")
 		return false
 	}
 }
