@@ -159,8 +159,12 @@ func TestServeEnvoyGatewayXDS(t *testing.T) {
 	egRefused(t, p, mgmt)
 
 	mgmt.Restart(t)
-	mgmt.Push(t, egNode, "1", egDomain("default/eg/http", rlsconf.RateLimitUnit_HOUR, 13))
 	restarted := time.Now()
+	p.log.waitFor(t, regexp.MustCompile(`xDS: no stream to the management server; reconnecting`), 10*time.Second)
+	if got := limitOf(p, "default/eg/grpc"); got != 7 {
+		t.Errorf("while the management server is away: limit %d, want 7, the rules in force", got)
+	}
+	mgmt.Push(t, egNode, "1", egDomain("default/eg/http", rlsconf.RateLimitUnit_HOUR, 13))
 	testkit.Eventually(t, `version "1" of the restarted server in force`, func() bool { return limitOf(p, "default/eg/http") == 13 })
 	t.Logf("the restarted server's rules in force %v after it started (the first wait to reconnect: envoy's default, 10 s ± 50%%)", time.Since(restarted).Round(time.Millisecond))
 	if got := limitOf(p, "default/eg/grpc"); got != -1 {
