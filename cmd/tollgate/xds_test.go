@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -157,6 +158,7 @@ func TestServeEnvoyGatewayXDS(t *testing.T) {
 	}
 
 	egRefused(t, p, mgmt)
+	egHostile(t, p, mgmt)
 
 	mgmt.Restart(t)
 	restarted := time.Now()
@@ -239,5 +241,38 @@ func TestServeXDSWaitsForFirstRules(t *testing.T) {
 	}
 	if log := p.log.String(); strings.Contains(log, "s3cr3t") || !strings.Contains(log, `headers=authorization,x-tenant`) {
 		t.Errorf("the log shows the header's value, or not the headers' names:\n%s", log)
+	}
+}
+
+// egHostile pushes snapshots past the loader's bounds, a huge one and a
+// deeply nested one, and wants each NACKed with the loader's message and
+// the rules in force kept.
+func egHostile(t *testing.T, p *proc, mgmt *xdstest.Server) {
+	t.Helper()
+	huge := egDomain("default/eg/grpc", rlsconf.RateLimitUnit_SECOND, 8)
+	for i := range 40 {
+		huge.Descriptors = append(huge.Descriptors, &rlsconf.RateLimitDescriptor{Key: "k", Value: fmt.Sprint(i, strings.Repeat("v", 30<<10))})
+	}
+	deep := &rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1}}
+	for range 1000 {
+		deep = &rlsconf.RateLimitDescriptor{Key: "k", Descriptors: []*rlsconf.RateLimitDescriptor{deep}}
+	}
+	for i, tc := range []struct {
+		name   string
+		config *rlsconf.RateLimitConfig
+		want   string
+	}{
+		{"huge", huge, "config: default/eg/grpc: larger than the limit of 1048576 bytes"},
+		{"deep", &rlsconf.RateLimitConfig{Name: "default/eg/grpc", Domain: "default/eg/grpc", Descriptors: []*rlsconf.RateLimitDescriptor{deep}},
+			"config: default/eg/grpc:17:29: descriptors nested deeper than 16 levels (the limit)"},
+	} {
+		mgmt.Push(t, egNode, fmt.Sprint("hostile-", i), tc.config)
+		testkit.Eventually(t, tc.name+": a NACK with the loader's message", func() bool {
+			rs := mgmt.Requests()
+			return strings.Contains(rs[len(rs)-1].Error, tc.want)
+		})
+		if got := limitOf(p, "default/eg/grpc"); got != 7 {
+			t.Errorf("%s: limit %d, want 7, the rules in force", tc.name, got)
+		}
 	}
 }
