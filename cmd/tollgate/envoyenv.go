@@ -82,28 +82,28 @@ var envoyVars = []envoyVar{
 	{name: "LOG_FORMAT", def: "text", flag: "log-format", note: "--log-format: json is json, anything else text"},
 
 	// Where the rules come from.
-	{name: "CONFIG_TYPE", def: "FILE", kind: envoyRefused, note: "tollgate reads its rules from files only, not over xDS: use CONFIG_TYPE=FILE and RUNTIME_ROOT"},
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: envoyRefused, on: xdsOn, note: "xDS only (tollgate never starts without its rules)"},
-	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", def: "60s", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def: "0.5", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
-	{name: "RUNTIME_SUBDIRECTORY", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; unset while RUNTIME_WATCH_ROOT is true, envoy loads no rules at all, and tollgate wants --config"},
-	{name: "RUNTIME_APPDIRECTORY", def: "config", flag: "config", note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
-	{name: "RUNTIME_IGNOREDOTFILES", def: "false", flag: "ignore-dotfiles", note: "--ignore-dotfiles: true skips files whose names start with a dot"},
-	{name: "RUNTIME_WATCH_ROOT", def: "true", kind: envoySame, check: checkBool, note: "true or false, the rules are reloaded when their files change, replaced or moved into place (--watch, on by default; SIGHUP reloads too)"},
+	{name: "CONFIG_TYPE", def: "FILE", flag: "xds", note: "FILE: the rules come from RUNTIME_ROOT (--config); GRPC_XDS_SOTW: from the xDS management server at CONFIG_GRPC_XDS_SERVER_URL (--xds); anything else is refused, as envoy refuses it"},
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", flag: "xds-force-start", on: xdsOn, note: "--xds-force-start: true serves before the first rules have come (/healthcheck 200, requests fail with gRPC Unknown \"no rate limit configuration loaded\"); false listens once the first response is handled"},
+	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", flag: "xds-node-id", on: xdsOn, note: "--xds-node-id"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", flag: "xds-node-metadata", on: xdsOn, note: "--xds-node-metadata: key=value,key=value, string values; an entry without = is left out, as envoy leaves it out, and logged"},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", flag: "xds", on: xdsOn, note: "--xds: the management server, host:port"},
+	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: envoySame, check: checkDuration, on: xdsOn, note: "envoy gives it to a retry of gRPC calls that leaves streams alone, so its xDS stream does not use it either: reconnections follow XDS_CLIENT_BACKOFF_*"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", kind: envoySame, on: xdsOn, note: "name:value,name:value, sent with the xDS stream; read from the environment in and out of envoy mode, never a flag, and never logged (a credential)"},
+	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", flag: "xds-tls", on: xdsOn, note: "--xds-tls"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "xds-tls-cert", on: xdsTLSOn, note: "--xds-tls-cert, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "xds-tls-key", on: xdsTLSOn, note: "--xds-tls-key, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "xds-tls-ca", on: xdsTLSOn, note: "--xds-tls-ca, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true: the server's certificate must chain to it (envoy also trusts the system's roots beside it)"},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", flag: "xds-tls-server-name", on: xdsTLSOn, note: "--xds-tls-server-name, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", flag: "xds-backoff-initial", on: xdsOn, note: "--xds-backoff-initial"},
+	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", def: "60s", flag: "xds-backoff-max", on: xdsOn, note: "--xds-backoff-max"},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def: "0.5", flag: "xds-backoff-random-factor", on: xdsOn, note: "--xds-backoff-random-factor"},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", flag: "xds-backoff-jitter", on: xdsOn, note: "--xds-backoff-jitter"},
+	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", flag: "xds-max-message-bytes", on: xdsOn, note: "--xds-max-message-bytes; unset, gRPC's 4 MiB"},
+	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", flag: "config", on: fileOn, note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
+	{name: "RUNTIME_SUBDIRECTORY", flag: "config", on: fileOn, note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; unset while RUNTIME_WATCH_ROOT is true, envoy loads no rules at all, and tollgate wants --config"},
+	{name: "RUNTIME_APPDIRECTORY", def: "config", flag: "config", on: fileOn, note: "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
+	{name: "RUNTIME_IGNOREDOTFILES", def: "false", flag: "ignore-dotfiles", on: fileOn, note: "--ignore-dotfiles: true skips files whose names start with a dot"},
+	{name: "RUNTIME_WATCH_ROOT", def: "true", kind: envoySame, check: checkBool, on: fileOn, note: "true or false, the rules are reloaded when their files change, replaced or moved into place (--watch, on by default; SIGHUP reloads too)"},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", flag: "merge-domains", note: "--merge-domains: files of one domain are merged"},
 
 	// Statistics.
@@ -132,7 +132,7 @@ var envoyVars = []envoyVar{
 	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", flag: "header-limit", note: "--header-limit"},
 	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", flag: "header-remaining", note: "--header-remaining"},
 	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", flag: "header-reset", note: "--header-reset"},
-	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: envoySame, check: checkBool, note: "tollgate does not start without valid rules, so it is never healthy without them"},
+	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: envoyRefused, on: xdsOn, note: "with rules from files tollgate never serves without them, true or false; over xDS, /healthcheck answers 200 before the first rules, as envoy's with false, and /readyz fails until they come: probe /readyz rather than set true"},
 	{name: "SHADOW_MODE", def: "false", flag: "shadow-mode", note: "--shadow-mode"},
 	{name: "QUOTA_MODE", def: "false", flag: "quota-mode", note: "--quota-mode: every rule is a quota rule"},
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", flag: "response-dynamic-metadata", note: "--response-dynamic-metadata"},
@@ -195,7 +195,9 @@ var envoyVars = []envoyVar{
 
 // The switches that say whether a group of variables matters (envoyVar.on).
 func grpcTLSOn(e envoyEnv) bool    { return e.isTrue("GRPC_SERVER_USE_TLS") }
-func xdsOn(e envoyEnv) bool        { return !strings.EqualFold(e.get("CONFIG_TYPE"), "FILE") }
+func xdsOn(e envoyEnv) bool        { return strings.EqualFold(e.get("CONFIG_TYPE"), "GRPC_XDS_SOTW") }
+func fileOn(e envoyEnv) bool       { return strings.EqualFold(e.get("CONFIG_TYPE"), "FILE") }
+func xdsTLSOn(e envoyEnv) bool     { return xdsOn(e) && e.isTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS") }
 func statsdOn(e envoyEnv) bool     { return e.isTrue("USE_STATSD") || e.isTrue("USE_DOG_STATSD") }
 func dogStatsdOn(e envoyEnv) bool  { return e.isTrue("USE_DOG_STATSD") }
 func prometheusOn(e envoyEnv) bool { return e.isTrue("USE_PROMETHEUS") }

@@ -72,6 +72,27 @@ func setFlags(fs *flag.FlagSet) map[string]string {
 var compose = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
 	"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211"}
 
+// envoyGateway is the environment Envoy Gateway v1.0 and v1.1 give the
+// rate limit service's Deployment, certificates under dir, but for
+// USE_STATSD=true. GRPC_SERVER_TLS_CA_CERT is none of envoy's variables:
+// envoy does not read it, nor does tollgate.
+func envoyGateway(dir string) []string {
+	return []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=info", "USE_STATSD=false",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + dir + "/tls.crt", "GRPC_SERVER_TLS_KEY=" + dir + "/tls.key", "GRPC_SERVER_TLS_CA_CERT=" + dir + "/ca.crt",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + dir + "/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + dir + "/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + dir + "/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true"}
+}
+
+// xdsDefaults are the flags envoy mode sets with rules over xDS: those of
+// envoyDefaults but --ignore-dotfiles, which is about files.
+func xdsDefaults(more map[string]string) map[string]string {
+	m := envoyDefaults(more)
+	delete(m, "ignore-dotfiles")
+	return m
+}
+
 // envoyDefaults are the flags envoy mode sets whatever the environment.
 func envoyDefaults(more map[string]string) map[string]string {
 	m := map[string]string{
@@ -92,7 +113,8 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		want map[string]string // every flag set, with its value
 	}{
 		{"no envoy variable", nil, map[string]string{}},
-		{"tollgate's own REDIS_URL and REDIS_AUTH", []string{"REDIS_URL=redis://127.0.0.1:6379", "REDIS_AUTH=pw", "OTEL_EXPORTER_OTLP_ENDPOINT=http://x"}, map[string]string{}},
+		{"tollgate's own REDIS_URL and REDIS_AUTH", []string{"REDIS_URL=redis://127.0.0.1:6379", "REDIS_AUTH=pw", "OTEL_EXPORTER_OTLP_ENDPOINT=http://x",
+			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x"}, map[string]string{}},
 		{"docker-compose example", compose, envoyDefaults(map[string]string{
 			"log-level": "debug", "config": "/data/ratelimit/config",
 			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10",
@@ -142,6 +164,23 @@ func TestEnvoyEnvMapping(t *testing.T) {
 			"tracing": "true", "tracing-service-name": "RateLimit", "tracing-service-namespace": "ns", "tracing-service-instance-id": "i1",
 			"tracing-exporter-protocol": "http", "tracing-sampling-rate": "1",
 		})},
+		{"envoy gateway v1.0-1.1", envoyGateway("/certs"), xdsDefaults(map[string]string{
+			"xds": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-force-start": "true",
+			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt",
+			"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
+			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info",
+		})},
+		{"every xDS variable", []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "CONFIG_GRPC_XDS_NODE_METADATA=a=b,c=d",
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=1s", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=cp.example", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=1s",
+			"XDS_CLIENT_BACKOFF_MAX_INTERVAL=5000000000", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.2", "XDS_CLIENT_BACKOFF_JITTER=false",
+			"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=8388608", "MERGE_DOMAIN_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=false"}, xdsDefaults(map[string]string{
+			"xds": "cp:18000", "xds-node-metadata": "a=b,c=d", "xds-tls": "true", "xds-tls-server-name": "cp.example",
+			"xds-backoff-initial": "1s", "xds-backoff-max": "5000000000ns", "xds-backoff-random-factor": "0.2", "xds-backoff-jitter": "false",
+			"xds-max-message-bytes": "8388608", "merge-domains": "true",
+		})},
+		{"xDS variables of rules from files", []string{"CONFIG_TYPE=FILE", "RUNTIME_WATCH_ROOT=false", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+			"XDS_CLIENT_BACKOFF_JITTER=maybe", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=x"}, envoyDefaults(map[string]string{"config": "/srv/runtime_data/current/config"})},
 		{"defaults of refused variables", []string{"USE_STATSD=False", "USE_DOG_STATSD=0", "BACKEND_TYPE=redis", "CONFIG_TYPE=file", "REDIS_PERSECOND=false",
 			"GRPC_MAX_CONNECTION_AGE=24h0m", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.50"}, envoyDefaults(nil)},
 		{"variables of what is off", []string{"USE_STATSD=false", "STATSD_HOST=statsd", "CONFIG_GRPC_XDS_SERVER_URL=xds:18000", "REDIS_PERSECOND_URL=rl2:6379",
@@ -186,7 +225,10 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		{[]string{"USE_STATSD=true", "STATSD_HOST=statsd", "STATSD_PORT=9125"}, []string{"USE_STATSD=", "STATSD_HOST=", "STATSD_PORT="}},
 		{[]string{"USE_DOG_STATSD=true", "USE_STATSD=false"}, []string{"USE_DOG_STATSD="}},
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211"}, []string{`BACKEND_TYPE="memcache"`, "MEMCACHE_HOST_PORT=", "REDIS_URL"}},
-		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=n"}, []string{"CONFIG_TYPE=", "CONFIG_GRPC_XDS_NODE_ID=", "RUNTIME_ROOT"}},
+		{[]string{"CONFIG_TYPE=grpc_xds_delta"}, []string{`CONFIG_TYPE="grpc_xds_delta"`, "FILE or GRPC_XDS_SOTW"}},
+		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=", "/readyz"}},
+		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=soon"}, []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL="}},
+		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=soon"}, []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="}},
 		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=r2:6379"}, []string{"REDIS_PERSECOND=", "REDIS_PERSECOND_URL="}},
 		{[]string{"GRPC_UDS=/tmp/rl.sock"}, []string{"GRPC_UDS=", "GRPC_PORT"}},
 		{[]string{"GRPC_MAX_CONNECTION_AGE=1h"}, []string{"GRPC_MAX_CONNECTION_AGE=", "--grpc-max-connection-idle"}},
@@ -351,6 +393,14 @@ descriptors:
 // waits until it listens.
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	p := spawnEnv(t, env, args...)
+	p.awaitListening(grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return p
+}
+
+// spawnEnv runs tollgate serve with no environment but env, and args.
+func spawnEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(tollgateBinary(t), append([]string{"serve"}, args...)...)
 	cmd.Env = env
 	p := &proc{t: t, cmd: cmd, log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
@@ -365,14 +415,20 @@ func startEnv(t *testing.T, env []string, args ...string) *proc {
 			t.Logf("tollgate log:\n%s", p.log.String())
 		}
 	})
-	m := p.log.waitFor(t, listening, 20*time.Second)
+	return p
+}
+
+// awaitListening waits until p listens, and dials its gRPC address with
+// creds.
+func (p *proc) awaitListening(creds grpc.DialOption) {
+	p.t.Helper()
+	m := p.log.waitFor(p.t, listening, 20*time.Second)
 	p.http, p.grpc = "http://"+m[1], m[3]
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.grpc, creds)
 	if err != nil {
-		t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	p.conn, p.rls = conn, pb.NewRateLimitServiceClient(conn)
-	return p
 }
 
 // composeEnv is envoyproxy/ratelimit's docker-compose example environment

@@ -14,13 +14,13 @@ import (
 
 // envoyModeOn reports whether envoy's environment is in use: whether any
 // of its variables is set, but for those tollgate reads with the same
-// meaning outside envoy mode (REDIS_URL as a URL, REDIS_AUTH) and for
-// OpenTelemetry's own.
+// meaning outside envoy mode (REDIS_URL as a URL, REDIS_AUTH, the xDS
+// stream's headers) and for OpenTelemetry's own.
 func envoyModeOn(getenv env) bool {
 	for _, v := range envoyVars {
 		val := getenv(v.name)
 		switch {
-		case val == "", v.name == "REDIS_AUTH", strings.HasPrefix(v.name, "OTEL_"):
+		case val == "", v.name == "REDIS_AUTH", v.name == xdsHeadersVar, strings.HasPrefix(v.name, "OTEL_"):
 		case v.name == "REDIS_URL" && strings.Contains(val, "://"):
 		default:
 			return true
@@ -37,6 +37,9 @@ var envoyBuilt = map[string]func(e envoyEnv) (string, bool, error){
 	"grpc":  func(e envoyEnv) (string, bool, error) { return e.hostPort("GRPC_HOST", "GRPC_PORT") },
 	"debug": func(e envoyEnv) (string, bool, error) { return e.hostPort("DEBUG_HOST", "DEBUG_PORT") },
 	"config": func(e envoyEnv) (string, bool, error) {
+		if !fileOn(e) {
+			return "", false, nil
+		}
 		watchRoot, err := e.boolean("RUNTIME_WATCH_ROOT")
 		if err != nil || (watchRoot && !e.set("RUNTIME_SUBDIRECTORY")) {
 			// envoy loads no rules at all then: tollgate wants --config.
@@ -70,8 +73,21 @@ var envoyBuilt = map[string]func(e envoyEnv) (string, bool, error){
 		return e.get("PROMETHEUS_PATH"), prometheusOn(e), nil
 	},
 	"ignore-dotfiles": func(e envoyEnv) (string, bool, error) {
+		if !fileOn(e) {
+			return "", false, nil
+		}
 		b, err := e.boolean("RUNTIME_IGNOREDOTFILES")
 		return strconv.FormatBool(b), true, err
+	},
+	"xds": func(e envoyEnv) (string, bool, error) {
+		switch t := e.get("CONFIG_TYPE"); {
+		case fileOn(e):
+			return "", false, nil
+		case xdsOn(e):
+			return e.get("CONFIG_GRPC_XDS_SERVER_URL"), true, nil
+		default:
+			return "", false, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)
+		}
 	},
 	"tracing": func(e envoyEnv) (string, bool, error) {
 		b, err := e.boolean("TRACING_ENABLED")
@@ -99,12 +115,26 @@ var envoyConvert = map[string]func(v string) (string, error){
 		}
 		return "", errors.New("want trace, debug, info, warn, warning, error, fatal or panic")
 	},
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": envoyDuration,
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":     envoyDuration,
 	"LOG_FORMAT": func(v string) (string, error) {
 		if strings.EqualFold(v, "json") {
 			return "json", nil
 		}
 		return "text", nil
 	},
+}
+
+// envoyDuration spells a duration of envoy's, a Go duration or a whole
+// number of nanoseconds, as Go's flag reads it.
+func envoyDuration(v string) (string, error) {
+	if _, err := time.ParseDuration(v); err == nil {
+		return v, nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return strconv.FormatInt(n, 10) + "ns", nil
+	}
+	return "", errors.New("want a duration such as 10s")
 }
 
 // hostPort joins two listener variables into an address.

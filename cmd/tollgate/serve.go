@@ -65,6 +65,13 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 2
 	}
+	// What keeps the rules current starts before the listeners (xdsflags.go).
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	o.f.background(bg, srv, log)
+	if !o.f.xds.awaitFirst(ctx, log) {
+		return 0
+	}
 	hl, gl, err := o.listen()
 	if err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
@@ -76,10 +83,6 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	g := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(g)
 	hs := o.conns.httpServer(tr.handler(mux), log)
-
-	bg, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	o.f.background(bg, srv, log)
 
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(gl) }()
@@ -133,8 +136,9 @@ func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, c
 	o.tracing.register(fs)
 	o.tls.register(fs)
 	o.f.extra.register(fs)
+	o.f.xds.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH [--redis URL] [flags]")
+		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH | --xds HOST:PORT [--redis URL] [flags]")
 		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
 		fs.PrintDefaults()
 	}

@@ -38,6 +38,8 @@ type serveFlags struct {
 	redisTLS    redisTLSFlags // tls.go
 	// envoy's Prometheus listener and local cache (serve only)
 	extra envoyExtras
+	// rules over xDS instead of --config (serve only; xdsflags.go)
+	xds xdsFlags
 }
 
 // requestBounds are the flags bounding one request to the decision service

@@ -30,16 +30,21 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if f.config == "" {
-		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml)")
+	switch {
+	case f.config == "" && f.xds.server == "":
+		return nil, nil, nil, errors.New("--config is required: a rules file or directory (see examples/ratelimit.yaml), or --xds, a management server")
+	case f.config != "" && f.xds.server != "":
+		return nil, nil, nil, errConfigAndXDS
 	}
 	opts, err := f.serverOptions()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rules, err := config.Load(f.config, f.rulesFiles.options()...)
-	if err != nil {
-		return nil, nil, nil, err
+	var rules *config.Rules
+	if f.config != "" {
+		if rules, err = config.Load(f.config, f.rulesFiles.options()...); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	target, err := resolveRedis(f.redis, f.redisPwFile, envoyRedisEnv(getenv))
 	if err != nil {
@@ -65,6 +70,13 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 	if err != nil {
 		store.cleanup()
 		return nil, nil, nil, err
+	}
+	if rules == nil {
+		if err := f.newXDSClient(getenv, srv, log, store.name); err != nil {
+			store.cleanup()
+			return nil, nil, nil, err
+		}
+		return srv, log, store.cleanup, nil
 	}
 	srv.SetRules(rules)
 	log.Info("rules loaded", "path", f.config, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()), "store", store.name)
@@ -165,10 +177,12 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 }
 
 // background starts what keeps a server current until ctx ends: the store
-// probe, the file watch and SIGHUP reloads.
+// probe, and the xDS client, or the file watch and SIGHUP reloads.
 func (f *serveFlags) background(ctx context.Context, srv *service.Server, log *slog.Logger) {
 	go srv.Probe(ctx, time.Second)
-	if f.watch {
+	if f.xds.client != nil {
+		go f.xds.client.Run(ctx)
+	} else if f.watch {
 		go func() {
 			if err := config.Watch(ctx, f.config, 0, func() { srv.Reload(f.config) }); err != nil {
 				log.Error("cannot watch the rules; reload with SIGHUP", "error", err.Error())
@@ -184,6 +198,10 @@ func (f *serveFlags) background(ctx context.Context, srv *service.Server, log *s
 			case <-ctx.Done():
 				return
 			case <-hup:
+				if f.xds.client != nil {
+					log.Info("SIGHUP: the rules come from the xDS management server; nothing to reload")
+					continue
+				}
 				log.Info("SIGHUP: reloading rules", "path", f.config)
 				srv.Reload(f.config)
 			}

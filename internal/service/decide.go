@@ -10,6 +10,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
@@ -43,6 +45,9 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 	if err := s.check(via, req); err != nil {
 		return nil, nil, err
 	}
+	if s.snap.Load() == nil {
+		return nil, nil, errNoRules
+	}
 	req, marks, err := s.stripMarks(via, req)
 	if err != nil {
 		return nil, nil, err
@@ -72,6 +77,12 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 	}
 	return resp, s.headerFields(&p, items, answers, inResponse), nil
 }
+
+// errNoRules answers every request before the first rules are in force
+// (only rules over xDS can be late), in envoyproxy/ratelimit's words and
+// gRPC code, so that Envoy's filter treats it as envoy's: a failure of the
+// service, answered by its failure_mode_deny.
+var errNoRules = status.Error(codes.Unknown, "no rate limit configuration loaded")
 
 // item is one descriptor of a request on its way to an answer.
 type item struct {

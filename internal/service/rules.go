@@ -1,7 +1,9 @@
 package service
 
 import (
+	"log/slog"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,22 +78,61 @@ func (s *Server) SetRules(rules *config.Rules) {
 // found and counted, and the error is returned. Rules identical to those in
 // force are not swapped. Reload is what SIGHUP and a file change call.
 func (s *Server) Reload(path string) error {
+	return s.update(slog.String("path", path), func() (*config.Rules, error) { return config.Load(path, s.loadOpts...) })
+}
+
+// Update swaps in the rules that load returns, from a source other than
+// files (source says which, in the logs: the rules pushed by an xDS
+// management server), exactly as Reload does: counted in the same metric,
+// logged in the same words, the rules in force kept on a failure, which is
+// returned.
+func (s *Server) Update(source string, load func() (*config.Rules, error)) error {
+	return s.update(slog.String("source", source), load)
+}
+
+func (s *Server) update(from slog.Attr, load func() (*config.Rules, error)) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	rules, err := config.Load(path, s.loadOpts...)
+	rules, err := load()
 	if err != nil {
 		s.m.reloads[reloadFailure].Inc()
-		s.log.Error("rules not loaded; the previous rules stay in force", "path", path, "error", err.Error())
+		if ok, skipped := s.reloadFails.allow(err.Error(), s.logEvery, s.now()); ok {
+			s.log.Error("rules not loaded; the previous rules stay in force", from, slog.String("error", err.Error()), engine.Skipped(skipped))
+		}
 		return err
 	}
+	s.reloadFails.last = ""
 	if rules.Same(s.Rules()) {
 		s.m.reloads[reloadUnchanged].Inc()
 		return nil
 	}
 	s.SetRules(rules)
 	s.m.reloads[reloadSuccess].Inc()
-	s.log.Info("rules loaded", "path", path, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()))
+	s.log.Info("rules loaded", from, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()))
 	return nil
+}
+
+// failureLog samples the log of failed loads: the same failure again —
+// rewritten files of one mistake, or a management server resending the
+// config it was told is refused, thousands of times a second — is logged
+// at most once per interval, with how many were left out; a different
+// one at once. It is guarded by reloadMu.
+type failureLog struct {
+	last    string    // the previous failure's message; "" after a success
+	next    time.Time // when it may be logged again
+	skipped int       // failures not logged since the last that was
+}
+
+// allow reports whether the failure msg at now is to be logged and, when
+// it is, how many were left out before it.
+func (f *failureLog) allow(msg string, every time.Duration, now time.Time) (ok bool, skipped int) {
+	if msg == f.last && now.Before(f.next) {
+		f.skipped++
+		return false, 0
+	}
+	f.last, f.next = msg, now.Add(every)
+	skipped, f.skipped = f.skipped, 0
+	return true, skipped
 }
 
 // point is rule r as the engine sees it: its failure mode (the server's

@@ -28,12 +28,13 @@ type Server struct {
 
 	// What decides: the store, through the engine, under the rules in
 	// force.
-	store    tollgate.Store
-	conc     tollgate.ConcurrencyStore // the slots of concurrency rules (WithConcurrencyStore)
-	engine   *engine.Engine            // spends each descriptor's limit: the step every door shares
-	snap     atomic.Pointer[snapshot]  // the rules in force, swapped whole (rules.go)
-	reloadMu sync.Mutex                // one load at a time
-	loadOpts []config.Option           // how Reload loads rules
+	store       tollgate.Store
+	conc        tollgate.ConcurrencyStore // the slots of concurrency rules (WithConcurrencyStore)
+	engine      *engine.Engine            // spends each descriptor's limit: the step every door shares
+	snap        atomic.Pointer[snapshot]  // the rules in force, swapped whole (rules.go)
+	reloadMu    sync.Mutex                // one load at a time
+	reloadFails failureLog                // the log of failed loads, sampled (rules.go)
+	loadOpts    []config.Option           // how Reload loads rules
 
 	// How it decides and answers: set by the options, read-only once New
 	// returns.
@@ -61,8 +62,10 @@ type Server struct {
 }
 
 // New returns a Server deciding against store. It has no rules until
-// SetRules or Reload; until then every descriptor is answered OK and
-// /readyz says not ready.
+// SetRules or Reload; until then /healthcheck answers 200, /readyz says
+// not ready, and every request fails with gRPC Unknown, "no rate limit
+// configuration loaded", as envoyproxy/ratelimit's does before its first
+// config.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
 		store:    store,

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
@@ -160,8 +164,10 @@ func TestOverrideLimit(t *testing.T) {
 	}
 }
 
-// TestNoRules: before any rules, everything is OK and the server is not
-// ready.
+// TestNoRules: before any rules (rules over xDS, started before the
+// management server has sent any), the server is alive but not ready, and
+// a request fails as envoyproxy/ratelimit fails it: gRPC Unknown, "no rate
+// limit configuration loaded", and 400 on /json.
 func TestNoRules(t *testing.T) {
 	t.Parallel()
 	s, err := New(memorystore.New())
@@ -171,8 +177,31 @@ func TestNoRules(t *testing.T) {
 	if ok, why := s.Ready(); ok || why != "no rules loaded" {
 		t.Errorf("Ready() = %v, %q; want false, no rules loaded", ok, why)
 	}
-	if got, want := codesOf(ask(t, s, req("d", entries("k", "v")))), "OK: OK"; got != want {
-		t.Errorf("%s, want %s", got, want)
+	_, err = s.ShouldRateLimit(context.Background(), req("d", entries("k", "v")))
+	if got, want := status.Code(err), codes.Unknown; got != want {
+		t.Errorf("ShouldRateLimit: %v, want code %v", err, want)
+	}
+	if got, want := status.Convert(err).Message(), "no rate limit configuration loaded"; got != want {
+		t.Errorf("ShouldRateLimit: message %q, want %q", got, want)
+	}
+	h := s.Handler()
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"GET", "/healthcheck", "", http.StatusOK},
+		{"GET", "/readyz", "", http.StatusServiceUnavailable},
+		{"POST", "/json", `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, http.StatusBadRequest},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		if rec.Code != tc.want {
+			t.Errorf("%s %s: %d %q, want %d", tc.method, tc.path, rec.Code, rec.Body.String(), tc.want)
+		}
+	}
+	// An invalid request is still refused as such first, as envoy does.
+	if _, err := s.ShouldRateLimit(context.Background(), req("")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("an empty domain: %v, want InvalidArgument", err)
 	}
 }
 

@@ -82,6 +82,9 @@
 // says), and FromEnv turns envoy's environment into a path and those
 // options. MetricID names a request's statistics as envoy names them, and
 // Rules.Dump writes the rules as envoy's /rlconfig shows them.
+// ParseSources reads rules that come as named contents rather than files
+// (the resources an xDS management server pushes, rendered as rules
+// files), each as a file and under the same limits.
 //
 // # Untrusted files
 //

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -64,6 +65,48 @@ func Parse(name string, data []byte, opts ...Option) (*Rules, error) {
 	}
 	b := newBuilder(o)
 	b.file(name, data)
+	return b.finish()
+}
+
+// Source is the contents of one rules file that did not come from a
+// file: one resource pushed by an xDS management server, say. Name plays
+// the part of the file's name, in errors and in Rules.Files.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// ParseSources reads the rules in sources as Load reads a directory of
+// files, each source a file, under the same limits: at most MaxFiles
+// sources, each at most MaxFileSize bytes and all together at most
+// MaxTotalSize, each parsed and validated as a file is. Names must be
+// unique and not empty. No source at all is no rules, not an error: a
+// management server may well push an empty set.
+func ParseSources(sources []Source, opts ...Option) (*Rules, error) {
+	o := newOptions(opts)
+	if len(sources) > o.limits.MaxFiles {
+		return nil, fmt.Errorf("config: %d sources, more than the limit of %d", len(sources), o.limits.MaxFiles)
+	}
+	seen := make(map[string]bool, len(sources))
+	var total int64
+	for _, s := range sources {
+		switch {
+		case s.Name == "":
+			return nil, errors.New("config: a source without a name")
+		case seen[s.Name]:
+			return nil, fmt.Errorf("config: %s: a second source of this name", s.Name)
+		case int64(len(s.Data)) > o.limits.MaxFileSize:
+			return nil, fmt.Errorf("config: %s: larger than the limit of %d bytes", s.Name, o.limits.MaxFileSize)
+		}
+		seen[s.Name] = true
+		if total += int64(len(s.Data)); total > o.limits.MaxTotalSize {
+			return nil, fmt.Errorf("config: %s: the sources add up to more than the limit of %d bytes", s.Name, o.limits.MaxTotalSize)
+		}
+	}
+	b := newBuilder(o)
+	for _, s := range sources {
+		b.file(s.Name, s.Data)
+	}
 	return b.finish()
 }
 
