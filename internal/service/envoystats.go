@@ -116,17 +116,17 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 	return s.stats.forName(r.Domain, config.MetricID(r, entries))
 }
 
-// countHits adds a decided descriptor's n hits to the statistics of its
-// rule as envoyproxy/ratelimit counts them. Its counter stands at "before"
-// hits when the request came and "after" with its n hits added, decided or
-// not (the limit's capacity less what the result says remains); hits past
-// the limit are over_limit, hits between the near-limit threshold and the
-// limit near_limit.
-func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n int, res tollgate.Result) {
+// envoyHits returns a decided descriptor's n hits by envoyproxy/ratelimit's
+// statistics of its rule, as envoy counts them. Its counter stands at
+// "before" hits when the request came and "after" with its n hits added,
+// decided or not (the limit's capacity less what the result says
+// remains); hits past the limit are over_limit, hits between the
+// near-limit threshold and the limit near_limit.
+func (s *Server) envoyHits(r *config.Rule, o engine.Outcome, n int, res tollgate.Result) (h [numEnvoyStats]uint64) {
 	hits := uint64(max(n, 0))
-	rs[statTotalHits].Add(float64(hits))
+	h[statTotalHits] = hits
 	if !rated(o) {
-		return // failure modes: the store did not say where the counter stands
+		return h // failure modes: the store did not say where the counter stands
 	}
 	limit := uint64(max(r.Limit.Capacity(), 0))
 	if r.DenyAll() {
@@ -143,19 +143,29 @@ func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n in
 		after = before + hits
 	}
 	if o == engine.Allowed {
-		rs[statWithinLimit].Add(float64(hits))
+		h[statWithinLimit] = hits
 		if after > near {
-			rs[statNearLimit].Add(float64(after - max(near, before)))
+			h[statNearLimit] = after - max(near, before)
 		}
-		return
+		return h
 	}
 	over := hits
 	if before < limit {
 		over = after - limit
-		rs[statNearLimit].Add(float64(limit - max(near, before)))
+		h[statNearLimit] = limit - max(near, before)
 	}
-	rs[statOverLimit].Add(float64(over))
+	h[statOverLimit] = over
 	if o == engine.DryRunDenied {
-		rs[statDryRun].Add(float64(over))
+		h[statDryRun] = over
+	}
+	return h
+}
+
+// add adds hits h to the counters.
+func (rs *ruleStats) add(h [numEnvoyStats]uint64) {
+	for i, n := range h {
+		if n > 0 {
+			rs[i].Add(float64(n))
+		}
 	}
 }

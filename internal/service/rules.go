@@ -65,6 +65,9 @@ func (s *Server) SetRules(rules *config.Rules) {
 		}
 	}
 	s.snap.Store(sn)
+	if s.sink != nil {
+		s.sink.ConfigLoad(true)
+	}
 	s.m.rules.Set(float64(len(all)))
 	s.m.lastReload.Set(float64(s.now().UnixNano()) / 1e9)
 	s.updateReady()
@@ -81,11 +84,17 @@ func (s *Server) Reload(path string) error {
 	rules, err := config.Load(path, s.loadOpts...)
 	if err != nil {
 		s.m.reloads[reloadFailure].Inc()
+		if s.sink != nil {
+			s.sink.ConfigLoad(false)
+		}
 		s.log.Error("rules not loaded; the previous rules stay in force", "path", path, "error", err.Error())
 		return err
 	}
 	if rules.Same(s.Rules()) {
 		s.m.reloads[reloadUnchanged].Inc()
+		if s.sink != nil {
+			s.sink.ConfigLoad(true) // envoy loads them again
+		}
 		return nil
 	}
 	s.SetRules(rules)
