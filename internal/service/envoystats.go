@@ -2,6 +2,7 @@ package service
 
 import (
 	"math"
+	"regexp"
 	"strings"
 	"sync/atomic"
 
@@ -72,10 +73,9 @@ type ruleStats [numEnvoyStats]prometheus.Counter
 // after the domain (key2 empty when there is one), as envoy's default
 // Prometheus mapping reads them.
 func (e *envoyStats) forName(domain, id string) *ruleStats {
-	rest := strings.TrimPrefix(strings.TrimPrefix(id, domain), ".")
+	rest := sanitizeStat(strings.TrimPrefix(strings.TrimPrefix(id, domain), "."))
 	key1, key2, _ := strings.Cut(rest, ".")
 	key2, _, _ = strings.Cut(key2, ".")
-	key1, key2 = sanitizeStat(key1), sanitizeStat(key2)
 	var rs ruleStats
 	for i, v := range e.vecs {
 		rs[i] = v.WithLabelValues(domain, key1, key2)
@@ -84,18 +84,24 @@ func (e *envoyStats) forName(domain, id string) *ruleStats {
 }
 
 // sanitizeStat replaces what envoy's statistics names cannot hold (':'
-// and '|') by '_', as envoy does.
+// and '|') by '_', and the dots of an IPv4 address too, so that an address
+// is one part of the name, as envoy's SanitizeStatName does.
 func sanitizeStat(s string) string {
-	if !strings.ContainsAny(s, ":|") {
-		return s
+	if strings.ContainsAny(s, ":|") {
+		s = strings.Map(func(r rune) rune {
+			if r == ':' || r == '|' {
+				return '_'
+			}
+			return r
+		}, s)
 	}
-	return strings.Map(func(r rune) rune {
-		if r == ':' || r == '|' {
-			return '_'
-		}
-		return r
-	}, s)
+	if strings.Count(s, ".") >= 3 && ipv4Stat.MatchString(s) {
+		s = ipv4Stat.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+	}
+	return s
 }
+
+var ipv4Stat = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
 // envoyCounters are a rule state's statistics, made on first use.
 type envoyCounters struct {
