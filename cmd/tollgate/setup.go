@@ -37,6 +37,11 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	statsOpts, err := f.extra.stats.options(log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts = append(opts, statsOpts...)
 	rules, err := config.Load(f.config, f.rulesFiles.options()...)
 	if err != nil {
 		return nil, nil, nil, err
@@ -68,7 +73,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 	}
 	srv.SetRules(rules)
 	log.Info("rules loaded", "path", f.config, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()), "store", store.name)
-	return srv, log, store.cleanup, nil
+	return srv, log, func() { f.extra.stats.close(); store.cleanup() }, nil
 }
 
 // logger is the service's logger, as --log-level and --log-format say.
