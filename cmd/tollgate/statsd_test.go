@@ -326,3 +326,47 @@ func TestStatsdMapperInProcess(t *testing.T) {
 		t.Error("/metrics of the HTTP listener lacks the mapped series")
 	}
 }
+
+// TestStatsdBound: the names callers' values make (a detailed_metric
+// rule's client addresses, descriptors' own limits with long values) are
+// bounded: the first 1,000 are series of their own, the rest are counted
+// under __overflow__, and tollgate_serve_stat_names_folded_total counts
+// them.
+func TestStatsdBound(t *testing.T) {
+	t.Parallel()
+	root := runtimeTree(t, "domain: d\ndescriptors:\n  - key: remote_address\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	p := startEnv(t, statsEnv(root, "USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0",
+		"PROMETHEUS_MAPPER_YAML="+egMapping))
+	addr := p.log.waitFor(t, regexp.MustCompile(`msg="prometheus listening" addr=(\S+)`), 5*time.Second)[1]
+	const clients = 1010
+	for i := range clients {
+		p.ask(request("d", desc("remote_address", fmt.Sprintf("10.0.%d.%d", i/250, i%250))))
+	}
+	long := strings.Repeat("v", 900)
+	body := `{"domain":"d","descriptors":[`
+	for i := range 3 {
+		if i > 0 {
+			body += ","
+		}
+		body += fmt.Sprintf(`{"entries":[{"key":"k","value":"%s%d"}],"limit":{"requests_per_unit":5,"unit":"MINUTE"}}`, long, i)
+	}
+	if code, out := postJSON(t, p.http+"/json", body+`]}`); code != http.StatusOK {
+		t.Fatalf("/json: %d %s", code, out)
+	}
+	got := waitSeries(t, "http://"+addr+"/metrics", regexp.MustCompile(`^(ratelimit_service_rate_limit_total_hits|tollgate_serve_stat_names_folded_total)$`), map[string]float64{
+		`ratelimit_service_rate_limit_total_hits{domain="d",key1="__overflow__"}`: clients - 1000 + 3,
+		`tollgate_serve_stat_names_folded_total`:                                  clients - 1000 + 3,
+	})
+	own := 0
+	for k := range got {
+		if strings.Contains(k, `key1="remote_address_`) {
+			own++
+		}
+		if strings.Contains(k, long) {
+			t.Errorf("a series named after a 900-byte value: %.80s…", k)
+		}
+	}
+	if own != 1000 {
+		t.Errorf("%d client addresses with series of their own, want 1000", own)
+	}
+}
