@@ -107,19 +107,22 @@ var envoyVars = []envoyVar{
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", flag: "merge-domains", note: "--merge-domains: files of one domain are merged"},
 
 	// Statistics.
-	{name: "USE_STATSD", def: "true", off: "false", kind: envoyRefused, note: "tollgate sends no statsd: its metrics are Prometheus, on the HTTP listener's /metrics or, with USE_PROMETHEUS=true, on PROMETHEUS_ADDR; set USE_STATSD=false"},
-	{name: "STATSD_HOST", def: "localhost", kind: envoyRefused, on: statsdOn, note: "tollgate sends no statsd (see USE_STATSD)"},
-	{name: "STATSD_PORT", def: "8125", kind: envoyRefused, on: statsdOn, note: "tollgate sends no statsd (see USE_STATSD)"},
-	{name: "USE_DOG_STATSD", def: "false", kind: envoyRefused, note: "tollgate sends no DogStatsD: scrape its Prometheus /metrics (the Datadog agent's OpenMetrics check reads it)"},
+	{name: "USE_STATSD", def: "true", flag: "statsd", note: "true (the default): --statsd STATSD_HOST:STATSD_PORT, envoy's statistics named as envoy names them; not with USE_PROMETHEUS=true, which envoy refuses too"},
+	{name: "STATSD_HOST", def: "localhost", flag: "statsd", on: statsdOn, note: "--statsd STATSD_HOST:STATSD_PORT"},
+	{name: "STATSD_PORT", def: "8125", flag: "statsd", on: statsdOn, note: "--statsd STATSD_HOST:STATSD_PORT"},
+	{name: "STATSD_PROTOCOL", def: "tcp", flag: "statsd-protocol", on: statsdOn, note: "--statsd-protocol: tcp or udp (envoy's statsd library, lyft/gostats, reads it)"},
+	{name: "GOSTATS_FLUSH_INTERVAL_SECONDS", def: "5", kind: envoySame, on: statsdOn, check: checkInt, note: "read by lyft/gostats, whose interval envoy does not use: statistics are flushed every STATS_FLUSH_INTERVAL; a whole number"},
+	{name: "GOSTATS_LOGGING_SINK_DISABLED", def: "false", kind: envoySame, on: statsdOn, check: checkBool, note: "read by lyft/gostats, for a sink envoy does not use: true or false, unused"},
+	{name: "USE_DOG_STATSD", def: "false", kind: envoyRefused, note: "tollgate sends no DogStatsD: use USE_STATSD=true with a DogStatsD agent's statsd port (names as envoy's, without the mogrifiers' tags), or scrape its Prometheus /metrics"},
 	{name: "USE_DOG_STATSD_MOGRIFIERS", kind: envoyRefused, on: dogStatsdOn, note: "tollgate sends no DogStatsD (see USE_DOG_STATSD)"},
-	{name: "EXTRA_TAGS", kind: envoyRefused, note: "tollgate's metrics carry no extra tags: add labels where Prometheus scrapes them"},
-	{name: "STATS_FLUSH_INTERVAL", def: "10s", kind: envoySame, check: checkDuration, note: "Prometheus reads the metrics when it scrapes: there is nothing to flush"},
-	{name: "DISABLE_STATS", def: "false", kind: envoySame, check: checkBool, note: "the metrics cost nothing until /metrics is read: true or false, they are kept"},
+	{name: "EXTRA_TAGS", flag: "stats-tags", on: sinkOn, note: "--stats-tags: name:value,… as gostats tags (name.__tag=value) of the statsd or mapped statistics"},
+	{name: "STATS_FLUSH_INTERVAL", def: "10s", flag: "stats-flush", on: sinkOn, note: "--stats-flush: how often statsd or the mapping gets the counters that changed"},
+	{name: "DISABLE_STATS", def: "false", kind: envoySame, check: checkBool, note: "true: no statsd and no mapped statistics, as envoy sends none; tollgate's own Prometheus metrics stay"},
 	{name: "USE_PROMETHEUS", def: "false", flag: "prometheus-addr", note: "true: Prometheus metrics on a listener of their own, PROMETHEUS_ADDR and PROMETHEUS_PATH (also always on the HTTP listener's /metrics)"},
 	{name: "PROMETHEUS_ADDR", def: ":9090", flag: "prometheus-addr", on: prometheusOn, note: "--prometheus-addr, with USE_PROMETHEUS=true"},
 	{name: "PROMETHEUS_PATH", def: "/metrics", flag: "prometheus-path", on: prometheusOn, note: "--prometheus-path, with USE_PROMETHEUS=true"},
-	{name: "PROMETHEUS_MAPPER_YAML", kind: envoyRefused, on: prometheusOn, note: "tollgate names its metrics itself (envoy's ratelimit_service_rate_limit_* among them): remove the mapper"},
-	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", def: "false", kind: envoyRefused, on: prometheusOn, note: "tollgate's durations are in seconds, as Prometheus names them: remove the variable"},
+	{name: "PROMETHEUS_MAPPER_YAML", flag: "prometheus-mapper", on: prometheusOn, note: "--prometheus-mapper: envoy's statistics mapped by this statsd_exporter mapping in process, in place of tollgate's own ratelimit_service_rate_limit_*, with USE_PROMETHEUS=true"},
+	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", def: "false", kind: envoyRefused, on: defaultMapperOn, note: "tollgate's durations are in seconds, as Prometheus names them: remove the variable"},
 
 	// Decisions and answers.
 	{name: "BACKEND_TYPE", def: "redis", kind: envoyRefused, note: "tollgate's shared store is Redis: use BACKEND_TYPE=redis and REDIS_URL"},
@@ -194,16 +197,25 @@ var envoyVars = []envoyVar{
 }
 
 // The switches that say whether a group of variables matters (envoyVar.on).
-func grpcTLSOn(e envoyEnv) bool    { return e.isTrue("GRPC_SERVER_USE_TLS") }
-func xdsOn(e envoyEnv) bool        { return strings.EqualFold(e.get("CONFIG_TYPE"), "GRPC_XDS_SOTW") }
-func fileOn(e envoyEnv) bool       { return strings.EqualFold(e.get("CONFIG_TYPE"), "FILE") }
-func xdsTLSOn(e envoyEnv) bool     { return xdsOn(e) && e.isTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS") }
-func statsdOn(e envoyEnv) bool     { return e.isTrue("USE_STATSD") || e.isTrue("USE_DOG_STATSD") }
-func dogStatsdOn(e envoyEnv) bool  { return e.isTrue("USE_DOG_STATSD") }
-func prometheusOn(e envoyEnv) bool { return e.isTrue("USE_PROMETHEUS") }
-func memcacheOn(e envoyEnv) bool   { return e.get("BACKEND_TYPE") == "memcache" }
-func perSecondOn(e envoyEnv) bool  { return e.isTrue("REDIS_PERSECOND") }
-func tracingOn(e envoyEnv) bool    { return e.isTrue("TRACING_ENABLED") }
+func grpcTLSOn(e envoyEnv) bool { return e.isTrue("GRPC_SERVER_USE_TLS") }
+func xdsOn(e envoyEnv) bool     { return strings.EqualFold(e.get("CONFIG_TYPE"), "GRPC_XDS_SOTW") }
+func fileOn(e envoyEnv) bool    { return strings.EqualFold(e.get("CONFIG_TYPE"), "FILE") }
+func xdsTLSOn(e envoyEnv) bool  { return xdsOn(e) && e.isTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS") }
+func statsdOn(e envoyEnv) bool {
+	return !e.isTrue("DISABLE_STATS") && (e.isTrue("USE_STATSD") || e.isTrue("USE_DOG_STATSD"))
+}
+func sinkOn(e envoyEnv) bool {
+	return statsdOn(e) || (!e.isTrue("DISABLE_STATS") && prometheusOn(e) && e.set("PROMETHEUS_MAPPER_YAML"))
+}
+
+// defaultMapperOn: envoy's own mapping, which
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS changes, is in use.
+func defaultMapperOn(e envoyEnv) bool { return prometheusOn(e) && !e.set("PROMETHEUS_MAPPER_YAML") }
+func dogStatsdOn(e envoyEnv) bool     { return e.isTrue("USE_DOG_STATSD") }
+func prometheusOn(e envoyEnv) bool    { return e.isTrue("USE_PROMETHEUS") }
+func memcacheOn(e envoyEnv) bool      { return e.get("BACKEND_TYPE") == "memcache" }
+func perSecondOn(e envoyEnv) bool     { return e.isTrue("REDIS_PERSECOND") }
+func tracingOn(e envoyEnv) bool       { return e.isTrue("TRACING_ENABLED") }
 func redisOn(e envoyEnv) bool {
 	return e.set("REDIS_URL") && !strings.Contains(e.getenv("REDIS_URL"), "://")
 }

@@ -93,17 +93,27 @@ func xdsDefaults(more map[string]string) map[string]string {
 	return m
 }
 
-// envoyDefaults are the flags envoy mode sets whatever the environment.
+// envoyDefaults are the flags envoy mode sets whatever the environment
+// (statsd to localhost:8125, as USE_STATSD is true by default), with more;
+// a flag of more with the value "" is one left alone.
 func envoyDefaults(more map[string]string) map[string]string {
 	m := map[string]string{
 		"http": "0.0.0.0:8080", "grpc": "0.0.0.0:8081", "debug": "0.0.0.0:6070",
 		"headers": "none", "compat": "envoy", "runtime-tree": "true", "ignore-dotfiles": "false",
+		"statsd": "localhost:8125",
 	}
 	for k, v := range more {
-		m[k] = v
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
 	}
 	return m
 }
+
+// noStatsd is "statsd" left alone, for envoyDefaults.
+const noStatsd = ""
 
 func TestEnvoyEnvMapping(t *testing.T) {
 	t.Parallel()
@@ -116,7 +126,7 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		{"tollgate's own REDIS_URL and REDIS_AUTH", []string{"REDIS_URL=redis://127.0.0.1:6379", "REDIS_AUTH=pw", "OTEL_EXPORTER_OTLP_ENDPOINT=http://x",
 			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x"}, map[string]string{}},
 		{"docker-compose example", compose, envoyDefaults(map[string]string{
-			"log-level": "debug", "config": "/data/ratelimit/config",
+			"statsd": noStatsd, "log-level": "debug", "config": "/data/ratelimit/config",
 			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10",
 		})},
 		{"listeners", []string{"HOST=127.0.0.1", "PORT=9000", "GRPC_HOST=::1", "GRPC_PORT=9001", "DEBUG_HOST=127.0.0.2", "DEBUG_PORT=9002"}, envoyDefaults(map[string]string{
@@ -135,8 +145,15 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		})},
 		{"logs", []string{"LOG_LEVEL=WARNING", "LOG_FORMAT=JSON"}, envoyDefaults(map[string]string{"log-level": "warn", "log-format": "json"})},
 		{"log level trace", []string{"LOG_LEVEL=trace", "LOG_FORMAT=logfmt"}, envoyDefaults(map[string]string{"log-level": "debug", "log-format": "text"})},
-		{"prometheus", []string{"USE_STATSD=false", "USE_PROMETHEUS=true"}, envoyDefaults(map[string]string{"prometheus-addr": ":9090", "prometheus-path": "/metrics"})},
-		{"prometheus elsewhere", []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:9102", "PROMETHEUS_PATH=/m"}, envoyDefaults(map[string]string{"prometheus-addr": "127.0.0.1:9102", "prometheus-path": "/m"})},
+		{"prometheus", []string{"USE_STATSD=false", "USE_PROMETHEUS=true"}, envoyDefaults(map[string]string{"statsd": noStatsd, "prometheus-addr": ":9090", "prometheus-path": "/metrics"})},
+		{"prometheus elsewhere", []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:9102", "PROMETHEUS_PATH=/m"}, envoyDefaults(map[string]string{"statsd": noStatsd, "prometheus-addr": "127.0.0.1:9102", "prometheus-path": "/m"})},
+		{"Envoy Gateway v1.2 and later", []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml", "STATS_FLUSH_INTERVAL=2s", "EXTRA_TAGS=a:b"},
+			envoyDefaults(map[string]string{"statsd": noStatsd, "prometheus-addr": ":19001", "prometheus-path": "/metrics", "prometheus-mapper": "/etc/statsd-exporter/conf.yaml", "stats-flush": "2s", "stats-tags": "a:b"})},
+		{"Envoy Gateway v1.0 and v1.1", []string{"USE_STATSD=true", "STATSD_PORT=9125"}, envoyDefaults(map[string]string{"statsd": "localhost:9125"})},
+		{"statsd", []string{"STATSD_HOST=statsd", "STATSD_PORT=9125", "STATSD_PROTOCOL=udp", "EXTRA_TAGS=a:b,c:d", "STATS_FLUSH_INTERVAL=1000000000", "GOSTATS_FLUSH_INTERVAL_SECONDS=5"},
+			envoyDefaults(map[string]string{"statsd": "statsd:9125", "statsd-protocol": "udp", "stats-tags": "a:b,c:d", "stats-flush": "1000000000ns"})},
+		{"stats disabled", []string{"DISABLE_STATS=true", "STATSD_HOST=statsd", "STATS_FLUSH_INTERVAL=1s", "EXTRA_TAGS=a:b", "USE_PROMETHEUS=true", "PROMETHEUS_MAPPER_YAML=/m.yaml"},
+			envoyDefaults(map[string]string{"statsd": noStatsd, "prometheus-addr": ":9090", "prometheus-path": "/metrics"})},
 		{"prometheus variables while it is off", []string{"PROMETHEUS_ADDR=127.0.0.1:9102", "PROMETHEUS_MAPPER_YAML=/m.yaml"}, envoyDefaults(nil)},
 		{"redis with user and TLS", []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=10.0.0.1:6380", "REDIS_AUTH=app:pw", "REDIS_TLS=true", "REDIS_POOL_SIZE=20", "REDIS_TIMEOUT=2s",
 			"REDIS_TLS_CACERT=/ca.pem", "REDIS_TLS_CLIENT_CERT=/c.pem", "REDIS_TLS_CLIENT_KEY=/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true", "REDIS_PIPELINE_WINDOW=150us"}, envoyDefaults(map[string]string{
@@ -168,7 +185,7 @@ func TestEnvoyEnvMapping(t *testing.T) {
 			"xds": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-force-start": "true",
 			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt",
 			"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
-			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info",
+			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info", "statsd": noStatsd,
 		})},
 		{"every xDS variable", []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "CONFIG_GRPC_XDS_NODE_METADATA=a=b,c=d",
 			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=1s", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x",
@@ -181,11 +198,11 @@ func TestEnvoyEnvMapping(t *testing.T) {
 		})},
 		{"xDS variables of rules from files", []string{"CONFIG_TYPE=FILE", "RUNTIME_WATCH_ROOT=false", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
 			"XDS_CLIENT_BACKOFF_JITTER=maybe", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=x"}, envoyDefaults(map[string]string{"config": "/srv/runtime_data/current/config"})},
-		{"defaults of refused variables", []string{"USE_STATSD=False", "USE_DOG_STATSD=0", "BACKEND_TYPE=redis", "CONFIG_TYPE=file", "REDIS_PERSECOND=false",
+		{"defaults of refused variables", []string{"USE_DOG_STATSD=0", "BACKEND_TYPE=redis", "CONFIG_TYPE=file", "REDIS_PERSECOND=false",
 			"GRPC_MAX_CONNECTION_AGE=24h0m", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.50"}, envoyDefaults(nil)},
 		{"variables of what is off", []string{"USE_STATSD=false", "STATSD_HOST=statsd", "CONFIG_GRPC_XDS_SERVER_URL=xds:18000", "REDIS_PERSECOND_URL=rl2:6379",
-			"MEMCACHE_SRV=_mc._tcp", "USE_DOG_STATSD_MOGRIFIERS=x"}, envoyDefaults(nil)},
-		{"what tollgate does anyway", []string{"RUNTIME_WATCH_ROOT=true", "STATS_FLUSH_INTERVAL=1s", "DISABLE_STATS=true", "EXPIRATION_JITTER_MAX_SECONDS=60",
+			"MEMCACHE_SRV=_mc._tcp", "USE_DOG_STATSD_MOGRIFIERS=x"}, envoyDefaults(map[string]string{"statsd": noStatsd})},
+		{"what tollgate does anyway", []string{"RUNTIME_WATCH_ROOT=true", "DISABLE_STATS=false", "GOSTATS_LOGGING_SINK_DISABLED=true", "EXPIRATION_JITTER_MAX_SECONDS=60",
 			"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "REDIS_PIPELINE_LIMIT=8", "REDIS_CLUSTER_PIPELINE_PARALLELISM=0", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true",
 			"REDIS_POOL_ON_EMPTY_BEHAVIOR=wait", "REDIS_STARTUP_INITIAL_INTERVAL=2s", "REDIS_STARTUP_MAX_INTERVAL=1m", "REDIS_STARTUP_MAX_ELAPSED_TIME=5m"}, envoyDefaults(nil)},
 	} {
@@ -220,9 +237,13 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		env  []string
 		want []string // in the error
 	}{
-		{[]string{"USE_STATSD=true"}, []string{`USE_STATSD="true"`, "USE_PROMETHEUS"}},
-		{[]string{"STATSD_HOST=statsd"}, []string{`STATSD_HOST="statsd"`}}, // USE_STATSD's default is true
-		{[]string{"USE_STATSD=true", "STATSD_HOST=statsd", "STATSD_PORT=9125"}, []string{"USE_STATSD=", "STATSD_HOST=", "STATSD_PORT="}},
+		{[]string{"USE_PROMETHEUS=true"}, []string{"USE_STATSD", "USE_PROMETHEUS=true", "USE_STATSD=false"}}, // USE_STATSD's default is true
+		{[]string{"USE_STATSD=true", "USE_PROMETHEUS=true", "PROMETHEUS_MAPPER_YAML=/m.yaml"}, []string{"USE_STATSD", "USE_PROMETHEUS=true"}},
+		{[]string{"STATSD_PORT=statsd"}, []string{`STATSD_PORT="statsd"`}},
+		{[]string{"USE_STATSD=maybe"}, []string{`USE_STATSD="maybe"`}},
+		{[]string{"GOSTATS_FLUSH_INTERVAL_SECONDS=5s"}, []string{`GOSTATS_FLUSH_INTERVAL_SECONDS="5s"`}},
+		{[]string{"STATS_FLUSH_INTERVAL=soon"}, []string{`STATS_FLUSH_INTERVAL="soon"`}},
+		{[]string{"EXTRA_TAGS=a"}, []string{`EXTRA_TAGS="a"`, "name:value"}},
 		{[]string{"USE_DOG_STATSD=true", "USE_STATSD=false"}, []string{"USE_DOG_STATSD="}},
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211"}, []string{`BACKEND_TYPE="memcache"`, "MEMCACHE_HOST_PORT=", "REDIS_URL"}},
 		{[]string{"CONFIG_TYPE=grpc_xds_delta"}, []string{`CONFIG_TYPE="grpc_xds_delta"`, "FILE or GRPC_XDS_SOTW"}},
@@ -232,8 +253,7 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=r2:6379"}, []string{"REDIS_PERSECOND=", "REDIS_PERSECOND_URL="}},
 		{[]string{"GRPC_UDS=/tmp/rl.sock"}, []string{"GRPC_UDS=", "GRPC_PORT"}},
 		{[]string{"GRPC_MAX_CONNECTION_AGE=1h"}, []string{"GRPC_MAX_CONNECTION_AGE=", "--grpc-max-connection-idle"}},
-		{[]string{"EXTRA_TAGS=a:b"}, []string{"EXTRA_TAGS="}},
-		{[]string{"USE_PROMETHEUS=true", "PROMETHEUS_MAPPER_YAML=/m.yaml"}, []string{"PROMETHEUS_MAPPER_YAML="}},
+		{[]string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true"}, []string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="}},
 		{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}, []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="}},
 		{[]string{"REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE"}, []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR=", "REDIS_POOL_SIZE"}},
 		{[]string{"REDIS_URL=/var/run/nutcracker/ratelimit.sock"}, []string{"REDIS_SOCKET_TYPE=", "tcp"}},
@@ -565,7 +585,7 @@ func TestServeEnvoyEnvironmentRefused(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{[]string{"USE_STATSD=true"}, `USE_STATSD="true"`},
+		{[]string{"USE_STATSD=true", "USE_PROMETHEUS=true"}, "USE_STATSD (true by default) and USE_PROMETHEUS=true"},
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=127.0.0.1:11211"}, `BACKEND_TYPE="memcache"`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {

@@ -21,11 +21,13 @@ import (
 type envoyExtras struct {
 	promAddr, promPath string
 	localCacheBytes    int
+	stats              statsFlags // stats.go
 }
 
 func (x *envoyExtras) register(fs *flag.FlagSet) {
 	fs.StringVar(&x.promAddr, "prometheus-addr", "", "also serve the Prometheus metrics on this address, alone (envoy's USE_PROMETHEUS and PROMETHEUS_ADDR); they are always on the HTTP listener's /metrics")
 	fs.StringVar(&x.promPath, "prometheus-path", "/metrics", "the path of the metrics on --prometheus-addr")
+	x.stats.register(fs)
 	fs.IntVar(&x.localCacheBytes, "local-cache-bytes", 0, "with Redis: remember keys over their limit in about this many bytes of memory and deny them locally, without a Redis call, until they could pass (envoy's LOCAL_CACHE_SIZE_IN_BYTES); 0 remembers none")
 }
 
@@ -36,7 +38,7 @@ func (x *envoyExtras) check() error {
 	if !strings.HasPrefix(x.promPath, "/") {
 		return fmt.Errorf("--prometheus-path %q: want a path starting with /", x.promPath)
 	}
-	return nil
+	return x.stats.check()
 }
 
 // localCacheEntryBytes is about what the local cache holds per key: the

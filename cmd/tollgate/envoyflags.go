@@ -72,6 +72,11 @@ var envoyBuilt = map[string]func(e envoyEnv) (string, bool, error){
 	"prometheus-path": func(e envoyEnv) (string, bool, error) {
 		return e.get("PROMETHEUS_PATH"), prometheusOn(e), nil
 	},
+	"statsd": envoyStatsd,
+	"prometheus-mapper": func(e envoyEnv) (string, bool, error) {
+		off, err := e.boolean("DISABLE_STATS")
+		return e.getenv("PROMETHEUS_MAPPER_YAML"), !off && prometheusOn(e) && e.set("PROMETHEUS_MAPPER_YAML"), err
+	},
 	"ignore-dotfiles": func(e envoyEnv) (string, bool, error) {
 		if !fileOn(e) {
 			return "", false, nil
@@ -117,6 +122,18 @@ var envoyConvert = map[string]func(v string) (string, error){
 	},
 	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": envoyDuration,
 	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":     envoyDuration,
+	"STATS_FLUSH_INTERVAL": func(v string) (string, error) {
+		if n, err := strconv.Atoi(v); err == nil {
+			return strconv.Itoa(n) + "ns", nil // envoy's settings read a bare number as nanoseconds
+		}
+		return v, checkDuration(v)
+	},
+	"EXTRA_TAGS": func(v string) (string, error) {
+		if _, err := parseTags(v); err != nil {
+			return "", errors.New("want name:value,name:value")
+		}
+		return v, nil
+	},
 	"LOG_FORMAT": func(v string) (string, error) {
 		if strings.EqualFold(v, "json") {
 			return "json", nil
@@ -135,6 +152,24 @@ func envoyDuration(v string) (string, error) {
 		return strconv.FormatInt(n, 10) + "ns", nil
 	}
 	return "", errors.New("want a duration such as 10s")
+}
+
+// envoyStatsd is --statsd: STATSD_HOST:STATSD_PORT while USE_STATSD is true
+// (its default) and DISABLE_STATS is not. envoy refuses statsd and
+// Prometheus together (it has one statistics sink), and so does tollgate.
+func envoyStatsd(e envoyEnv) (string, bool, error) {
+	on, err := e.boolean("USE_STATSD")
+	if err != nil {
+		return "", false, err
+	}
+	off, err := e.boolean("DISABLE_STATS")
+	if err != nil || off || !on {
+		return "", false, err
+	}
+	if prometheusOn(e) {
+		return "", false, errors.New("USE_STATSD (true by default) and USE_PROMETHEUS=true: envoyproxy/ratelimit refuses the two together, as it has one statistics sink; set USE_STATSD=false")
+	}
+	return e.hostPort("STATSD_HOST", "STATSD_PORT")
 }
 
 // hostPort joins two listener variables into an address.

@@ -69,6 +69,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	o.f.background(bg, srv, log)
+	o.f.extra.stats.run(bg)
 	if !o.f.xds.awaitFirst(ctx, log) {
 		return 0
 	}
@@ -79,7 +80,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	hl = tlsOn.httpListener(hl)
 	// The stream workers are set in connFlags.grpcOptions.
-	gopts := append(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), tr.grpcOptions()...), tlsOn.grpcOptions()...)
+	gopts := append(append(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), o.f.extra.stats.grpcOptions()...), tr.grpcOptions()...), tlsOn.grpcOptions()...)
 	g := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(g)
 	hs := o.conns.httpServer(tr.handler(mux), log)

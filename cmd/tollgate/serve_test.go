@@ -44,6 +44,8 @@ var (
 	buildOnce sync.Once
 	binPath   string
 	buildErr  error
+	// extraTempDirs are other binaries' directories, removed by TestMain.
+	extraTempDirs []string
 )
 
 func tollgateBinary(t *testing.T) string {
@@ -70,6 +72,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
+	}
+	for _, dir := range extraTempDirs {
+		os.RemoveAll(dir)
 	}
 	os.Exit(code)
 }

@@ -40,6 +40,11 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	statsOpts, err := f.extra.stats.options(log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts = append(opts, statsOpts...)
 	var rules *config.Rules
 	if f.config != "" {
 		if rules, err = config.Load(f.config, f.rulesFiles.options()...); err != nil {
@@ -71,16 +76,17 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 		store.cleanup()
 		return nil, nil, nil, err
 	}
+	cleanup := func() { f.extra.stats.close(); store.cleanup() }
 	if rules == nil {
 		if err := f.newXDSClient(getenv, srv, log, store.name); err != nil {
-			store.cleanup()
+			cleanup()
 			return nil, nil, nil, err
 		}
-		return srv, log, store.cleanup, nil
+		return srv, log, cleanup, nil
 	}
 	srv.SetRules(rules)
 	log.Info("rules loaded", "path", f.config, "files", len(rules.Files()), "domains", rules.Domains(), "rules", len(rules.All()), "store", store.name)
-	return srv, log, store.cleanup, nil
+	return srv, log, cleanup, nil
 }
 
 // logger is the service's logger, as --log-level and --log-format say.

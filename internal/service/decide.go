@@ -69,6 +69,7 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 		s.answerInTurn(ctx, req, items, &p, answers)
 	}
 	s.count(req, items, answers)
+	s.countStoreFailed(answers)
 	resp := p.resp
 	resp.OverallCode = s.overall(via, items, answers)
 	traceDecision(ctx, req, resp.OverallCode)
@@ -208,6 +209,9 @@ func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
 		switch {
 		case !known:
 			s.m.noRule[noRuleDomain].Inc()
+			if s.sink != nil {
+				s.sink.DomainNotFound(req.Domain)
+			}
 		case d.GetLimit() != nil:
 			l := d.GetLimit()
 			it.rule = config.OverrideRule(req.Domain, config.Unit(l.GetUnit()), l.GetRequestsPerUnit(), l.GetUnitMultiplier().GetValue())
@@ -377,7 +381,7 @@ func (s *Server) count(req *pb.RateLimitRequest, items []item, answers []answere
 		switch {
 		case a.decided:
 			s.countDecision(it, d.GetEntries(), a.o)
-			s.countHits(s.statsFor(it, d.GetEntries()), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
+			s.countEnvoy(it, d.GetEntries(), s.envoyHits(it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res))
 		case a.o == engine.Unlimited: // envoy's statistics leave unlimited rules out
 			s.countDecision(it, d.GetEntries(), a.o)
 		}
@@ -426,6 +430,9 @@ func (s *Server) overall(via api, items []item, answers []answered) pb.RateLimit
 	if code == pb.RateLimitResponse_OVER_LIMIT && s.dryRun {
 		code = pb.RateLimitResponse_OK
 		s.m.globalDryRun.Inc()
+		if s.sink != nil {
+			s.sink.GlobalShadowMode()
+		}
 	}
 	if code == pb.RateLimitResponse_OVER_LIMIT {
 		s.m.requests[via][codeOverLimit].Inc()

@@ -2,6 +2,7 @@ package service
 
 import (
 	"math"
+	"regexp"
 	"strings"
 	"sync/atomic"
 
@@ -72,10 +73,9 @@ type ruleStats [numEnvoyStats]prometheus.Counter
 // after the domain (key2 empty when there is one), as envoy's default
 // Prometheus mapping reads them.
 func (e *envoyStats) forName(domain, id string) *ruleStats {
-	rest := strings.TrimPrefix(strings.TrimPrefix(id, domain), ".")
+	rest := sanitizeStat(strings.TrimPrefix(strings.TrimPrefix(id, domain), "."))
 	key1, key2, _ := strings.Cut(rest, ".")
 	key2, _, _ = strings.Cut(key2, ".")
-	key1, key2 = sanitizeStat(key1), sanitizeStat(key2)
 	var rs ruleStats
 	for i, v := range e.vecs {
 		rs[i] = v.WithLabelValues(domain, key1, key2)
@@ -84,18 +84,24 @@ func (e *envoyStats) forName(domain, id string) *ruleStats {
 }
 
 // sanitizeStat replaces what envoy's statistics names cannot hold (':'
-// and '|') by '_', as envoy does.
+// and '|') by '_', and the dots of an IPv4 address too, so that an address
+// is one part of the name, as envoy's SanitizeStatName does.
 func sanitizeStat(s string) string {
-	if !strings.ContainsAny(s, ":|") {
-		return s
+	if strings.ContainsAny(s, ":|") {
+		s = strings.Map(func(r rune) rune {
+			if r == ':' || r == '|' {
+				return '_'
+			}
+			return r
+		}, s)
 	}
-	return strings.Map(func(r rune) rune {
-		if r == ':' || r == '|' {
-			return '_'
-		}
-		return r
-	}, s)
+	if strings.Count(s, ".") >= 3 && ipv4Stat.MatchString(s) {
+		s = ipv4Stat.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+	}
+	return s
 }
+
+var ipv4Stat = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
 // envoyCounters are a rule state's statistics, made on first use.
 type envoyCounters struct {
@@ -116,17 +122,17 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 	return s.stats.forName(r.Domain, config.MetricID(r, entries))
 }
 
-// countHits adds a decided descriptor's n hits to the statistics of its
-// rule as envoyproxy/ratelimit counts them. Its counter stands at "before"
-// hits when the request came and "after" with its n hits added, decided or
-// not (the limit's capacity less what the result says remains); hits past
-// the limit are over_limit, hits between the near-limit threshold and the
-// limit near_limit.
-func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n int, res tollgate.Result) {
+// envoyHits returns a decided descriptor's n hits by envoyproxy/ratelimit's
+// statistics of its rule, as envoy counts them. Its counter stands at
+// "before" hits when the request came and "after" with its n hits added,
+// decided or not (the limit's capacity less what the result says
+// remains); hits past the limit are over_limit, hits between the
+// near-limit threshold and the limit near_limit.
+func (s *Server) envoyHits(r *config.Rule, o engine.Outcome, n int, res tollgate.Result) (h [numEnvoyStats]uint64) {
 	hits := uint64(max(n, 0))
-	rs[statTotalHits].Add(float64(hits))
+	h[statTotalHits] = hits
 	if !rated(o) {
-		return // failure modes: the store did not say where the counter stands
+		return h // failure modes: the store did not say where the counter stands
 	}
 	limit := uint64(max(r.Limit.Capacity(), 0))
 	if r.DenyAll() {
@@ -143,19 +149,29 @@ func (s *Server) countHits(rs *ruleStats, r *config.Rule, o engine.Outcome, n in
 		after = before + hits
 	}
 	if o == engine.Allowed {
-		rs[statWithinLimit].Add(float64(hits))
+		h[statWithinLimit] = hits
 		if after > near {
-			rs[statNearLimit].Add(float64(after - max(near, before)))
+			h[statNearLimit] = after - max(near, before)
 		}
-		return
+		return h
 	}
 	over := hits
 	if before < limit {
 		over = after - limit
-		rs[statNearLimit].Add(float64(limit - max(near, before)))
+		h[statNearLimit] = limit - max(near, before)
 	}
-	rs[statOverLimit].Add(float64(over))
+	h[statOverLimit] = over
 	if o == engine.DryRunDenied {
-		rs[statDryRun].Add(float64(over))
+		h[statDryRun] = over
+	}
+	return h
+}
+
+// add adds hits h to the counters.
+func (rs *ruleStats) add(h [numEnvoyStats]uint64) {
+	for i, n := range h {
+		if n > 0 {
+			rs[i].Add(float64(n))
+		}
 	}
 }

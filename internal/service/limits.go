@@ -128,6 +128,9 @@ func (r invalidReason) String() string { return invalidNames[r] }
 // logged as a store failure.
 func (s *Server) invalid(via api, reason invalidReason, msg string) error {
 	s.countInvalid(via, reason)
+	if s.sink != nil && (via == apiGRPC || via == apiJSON) {
+		s.sink.CallFailed(false) // envoy's service_error
+	}
 	return status.Error(codes.InvalidArgument, "server: "+msg)
 }
 

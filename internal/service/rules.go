@@ -67,6 +67,9 @@ func (s *Server) SetRules(rules *config.Rules) {
 		}
 	}
 	s.snap.Store(sn)
+	if s.sink != nil {
+		s.sink.ConfigLoad(true)
+	}
 	s.m.rules.Set(float64(len(all)))
 	s.m.lastReload.Set(float64(s.now().UnixNano()) / 1e9)
 	s.updateReady()
@@ -96,6 +99,9 @@ func (s *Server) update(from slog.Attr, load func() (*config.Rules, error)) erro
 	rules, err := load()
 	if err != nil {
 		s.m.reloads[reloadFailure].Inc()
+		if s.sink != nil {
+			s.sink.ConfigLoad(false)
+		}
 		if ok, skipped := s.reloadFails.allow(err.Error(), s.logEvery, s.now()); ok {
 			s.log.Error("rules not loaded; the previous rules stay in force", from, slog.String("error", err.Error()), engine.Skipped(skipped))
 		}
@@ -104,6 +110,9 @@ func (s *Server) update(from slog.Attr, load func() (*config.Rules, error)) erro
 	s.reloadFails.last = ""
 	if rules.Same(s.Rules()) {
 		s.m.reloads[reloadUnchanged].Inc()
+		if s.sink != nil {
+			s.sink.ConfigLoad(true) // envoy loads them again
+		}
 		return nil
 	}
 	s.SetRules(rules)

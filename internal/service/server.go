@@ -48,11 +48,13 @@ type Server struct {
 	logEvery time.Duration       // the engine's failure-log interval
 
 	// What it reports.
-	log   *slog.Logger
-	now   func() time.Time
-	reg   *prometheus.Registry
-	m     *metrics
-	stats *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go)
+	log        *slog.Logger
+	now        func() time.Time
+	reg        *prometheus.Registry
+	m          *metrics
+	stats      *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go); nil when a mapped sink names them
+	sink       StatsSink   // envoy's statistics, to statsd or mapped (envoysink.go)
+	sinkMapped bool
 
 	// Whether it should get traffic (health.go).
 	health   *health.Server
@@ -100,10 +102,12 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
-	s.stats = newEnvoyStats()
-	for _, c := range s.stats.collectors() {
-		if err := s.reg.Register(c); err != nil {
-			return nil, fmt.Errorf("server: register metrics: %w", err)
+	if !s.sinkMapped {
+		s.stats = newEnvoyStats()
+		for _, c := range s.stats.collectors() {
+			if err := s.reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
 		}
 	}
 	s.engine = engine.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/internal/service"
+	"github.com/tollgate/tollgate/internal/service/series"
+	"github.com/tollgate/tollgate/internal/service/statsd"
+)
+
+// statsFlags are serve's flags for envoyproxy/ratelimit's statistics,
+// named as envoy names them: sent to a statsd server (envoy's USE_STATSD),
+// or mapped in process by a statsd_exporter mapping onto the Prometheus
+// metrics (envoy's PROMETHEUS_MAPPER_YAML). Either is at most one.
+type statsFlags struct {
+	statsd, protocol string
+	flush            time.Duration
+	tags             string
+	mapper           string
+
+	st *statsd.Stats // made by options
+}
+
+func (x *statsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&x.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics, named as it names them, to the statsd server at this host:port (envoy's USE_STATSD, STATSD_HOST, STATSD_PORT)")
+	fs.StringVar(&x.protocol, "statsd-protocol", "tcp", "how --statsd sends: tcp or udp")
+	fs.DurationVar(&x.flush, "stats-flush", statsd.DefaultFlush, "how often --statsd or --prometheus-mapper flushes the counters, as what they grew by (envoy's STATS_FLUSH_INTERVAL)")
+	fs.StringVar(&x.tags, "stats-tags", "", "tags of --statsd's and --prometheus-mapper's statistics, as envoy's EXTRA_TAGS: name:value,name:value")
+	fs.StringVar(&x.mapper, "prometheus-mapper", "", "map envoyproxy/ratelimit's statistics onto the Prometheus metrics with this statsd_exporter mapping file, in process (envoy's PROMETHEUS_MAPPER_YAML); its series replace tollgate's own ratelimit_service_rate_limit_*")
+}
+
+func (x *statsFlags) check() error {
+	if x.statsd != "" && x.mapper != "" {
+		return fmt.Errorf("--statsd and --prometheus-mapper: one at most (envoyproxy/ratelimit has one statistics sink)")
+	}
+	if x.flush <= 0 {
+		return fmt.Errorf("--stats-flush %v: want a positive duration", x.flush)
+	}
+	if _, err := parseTags(x.tags); err != nil {
+		return err
+	}
+	return nil
+}
+
+// parseTags reads envoy's EXTRA_TAGS: name:value pairs, comma-separated.
+func parseTags(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	tags := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, ":")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("--stats-tags %q: want name:value,name:value", s)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
+// options makes the statistics the flags ask for, and returns the server
+// options that send them there (none when there are none).
+func (x *statsFlags) options(log *slog.Logger) ([]service.Option, error) {
+	if x.statsd == "" && x.mapper == "" {
+		return nil, nil
+	}
+	tags, err := parseTags(x.tags)
+	if err != nil {
+		return nil, err
+	}
+	// The registry New would make, made here for the count of folded
+	// names and for the mapping's series.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bound := series.New(0, 0)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tollgate_serve_stat_names_folded_total",
+		Help: "Statistics that a request would have named after its values (detailed_metric, value_to_metric, a descriptor's own limit, an unknown domain), counted under __overflow__ instead: past the bound of such names.",
+	}, func() float64 { return float64(bound.Folded()) }))
+	o := statsd.Options{Flush: x.flush, Tags: tags, Bound: bound, Log: log}
+	mapped := x.mapper != ""
+	if mapped {
+		x.st, err = statsd.NewMapped(x.mapper, reg, o)
+	} else {
+		x.st, err = statsd.NewStatsd(x.statsd, x.protocol, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if mapped {
+		log.Info("statistics mapped in process", "mapping", x.mapper, "flush", x.flush)
+	} else {
+		log.Info("statistics to statsd", "addr", x.statsd, "protocol", x.protocol, "flush", x.flush)
+	}
+	return []service.Option{service.WithRegistry(reg), service.WithStatsSink(x.st, mapped)}, nil
+}
+
+// run flushes the statistics until ctx ends.
+func (x *statsFlags) run(ctx context.Context) {
+	if x.st != nil {
+		go x.st.Run(ctx)
+	}
+}
+
+// close waits for the last flush and ends the statistics.
+func (x *statsFlags) close() {
+	if x.st != nil {
+		x.st.Close()
+	}
+}
+
+// grpcOptions count and time every gRPC call, as envoy's
+// ratelimit_server.<method>.total_requests and .response_time.
+func (x *statsFlags) grpcOptions() []grpc.ServerOption {
+	if x.st == nil {
+		return nil
+	}
+	st := x.st
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		done := st.Call(info.FullMethod)
+		defer done()
+		return h(ctx, req)
+	})}
+}
