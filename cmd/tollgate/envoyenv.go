@@ -55,6 +55,10 @@ type envoyVar struct {
 	// note says what tollgate does with the variable, or for a refused
 	// one what to use instead; refusals quote it.
 	note string
+	// secret: the variable can carry a credential (a password, a token
+	// in a header, user information in a URL, free-form metadata), so no
+	// message ever shows its value (see envoySetting).
+	secret bool
 }
 
 // envoyVars is every variable envoyproxy/ratelimit reads (its
@@ -85,10 +89,10 @@ var envoyVars = []envoyVar{
 	{name: "CONFIG_TYPE", def: "FILE", kind: envoyRefused, note: "tollgate reads its rules from files only, not over xDS: use CONFIG_TYPE=FILE and RUNTIME_ROOT"},
 	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: envoyRefused, on: xdsOn, note: "xDS only (tollgate never starts without its rules)"},
 	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", secret: true, kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", secret: true, def: "localhost:18000", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", secret: true, kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
@@ -140,10 +144,10 @@ var envoyVars = []envoyVar{
 	// Redis.
 	{name: "REDIS_SOCKET_TYPE", def: "unix", flag: "redis", on: redisOn, note: "tcp; unix is refused: tollgate reaches Redis over TCP only"},
 	{name: "REDIS_TYPE", def: "SINGLE", flag: "redis", on: redisOn, note: "SINGLE is redis://, SENTINEL redis+sentinel://, CLUSTER redis+cluster://"},
-	{name: "REDIS_URL", def: "/var/run/nutcracker/ratelimit.sock", flag: "redis", note: "--redis: host:port; master,sentinel:port,… for SENTINEL; host:port,host:port for CLUSTER; a redis:// URL is taken as it is. Unset, the memory store (one instance)"},
+	{name: "REDIS_URL", secret: true, def: "/var/run/nutcracker/ratelimit.sock", flag: "redis", note: "--redis: host:port; master,sentinel:port,… for SENTINEL; host:port,host:port for CLUSTER; a redis:// URL is taken as it is. Unset, the memory store (one instance)"},
 	{name: "REDIS_POOL_SIZE", def: "10", flag: "redis", on: redisOn, note: "the --redis URL's pool_size"},
-	{name: "REDIS_AUTH", flag: "redis", on: redisOn, note: "\"user:password\" or \"password\": the password is passed as $REDIS_AUTH is outside envoy mode, never in the URL; a user name goes into the --redis URL (with a redis:// REDIS_URL, put the user name in that URL)"},
-	{name: "REDIS_SENTINEL_AUTH", flag: "redis", on: redisOn, note: "the sentinels' own \"user:password\" or \"password\", in the --redis URL's user information (removed from every log line and error)"},
+	{name: "REDIS_AUTH", secret: true, flag: "redis", on: redisOn, note: "\"user:password\" or \"password\": the password is passed as $REDIS_AUTH is outside envoy mode, never in the URL; a user name goes into the --redis URL (with a redis:// REDIS_URL, put the user name in that URL)"},
+	{name: "REDIS_SENTINEL_AUTH", secret: true, flag: "redis", on: redisOn, note: "the sentinels' own \"user:password\" or \"password\", in the --redis URL's user information (removed from every log line and error)"},
 	{name: "REDIS_TLS", def: "false", flag: "redis", on: redisOn, note: "true: rediss:// (TLS)"},
 	{name: "REDIS_TLS_CLIENT_CERT", flag: "redis-tls-cert", on: redisTLSOn, note: "--redis-tls-cert, with REDIS_TLS=true"},
 	{name: "REDIS_TLS_CLIENT_KEY", flag: "redis-tls-key", on: redisTLSOn, note: "--redis-tls-key, with REDIS_TLS=true"},
@@ -161,11 +165,11 @@ var envoyVars = []envoyVar{
 	{name: "REDIS_PERSECOND", def: "false", kind: envoyRefused, note: "tollgate keeps every limit in one Redis: remove REDIS_PERSECOND and the REDIS_PERSECOND_* variables"},
 	{name: "REDIS_PERSECOND_SOCKET_TYPE", def: "unix", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_TYPE", def: "SINGLE", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
-	{name: "REDIS_PERSECOND_URL", def: "/var/run/nutcracker/ratelimitpersecond.sock", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
+	{name: "REDIS_PERSECOND_URL", secret: true, def: "/var/run/nutcracker/ratelimitpersecond.sock", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_POOL_SIZE", def: "10", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
-	{name: "REDIS_PERSECOND_AUTH", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
+	{name: "REDIS_PERSECOND_AUTH", secret: true, kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_TLS", def: "false", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
-	{name: "REDIS_PERSECOND_SENTINEL_AUTH", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
+	{name: "REDIS_PERSECOND_SENTINEL_AUTH", secret: true, kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", def: "0", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", def: "0", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", def: "1", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
@@ -190,7 +194,7 @@ var envoyVars = []envoyVar{
 	{name: "TRACING_SERVICE_INSTANCE_ID", flag: "tracing-service-instance-id", on: tracingOn, note: "--tracing-service-instance-id"},
 	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", flag: "tracing-exporter-protocol", on: tracingOn, note: "--tracing-exporter-protocol, envoy's default with TRACING_ENABLED=true"},
 	{name: "TRACING_SAMPLING_RATE", def: "1", flag: "tracing-sampling-rate", on: tracingOn, note: "--tracing-sampling-rate, envoy's default with TRACING_ENABLED=true"},
-	{name: "OTEL_EXPORTER_OTLP_ENDPOINT", kind: envoySame, on: tracingOn, note: "tollgate's tracing reads OpenTelemetry's OTEL_EXPORTER_OTLP_* variables as envoy's does, after --tracing-endpoint (it alone does not turn envoy mode on)"},
+	{name: "OTEL_EXPORTER_OTLP_ENDPOINT", secret: true, kind: envoySame, on: tracingOn, note: "tollgate's tracing reads OpenTelemetry's OTEL_EXPORTER_OTLP_* variables as envoy's does, after --tracing-endpoint (it alone does not turn envoy mode on)"},
 }
 
 // The switches that say whether a group of variables matters (envoyVar.on).
@@ -273,7 +277,33 @@ func (e envoyEnv) isTrue(name string) bool {
 func (e envoyEnv) boolean(name string) (bool, error) {
 	b, err := strconv.ParseBool(e.get(name))
 	if err != nil {
-		return false, fmt.Errorf("%s=%q: want true or false", name, e.get(name))
+		return false, envoyErrorf(name, e.get(name), "want true or false")
 	}
 	return b, nil
+}
+
+// envoySetting is how every message names one of envoy's variables and
+// its value: NAME="value", or for a variable that can carry a credential
+// (envoyVar.secret, and any name not in the table) the name alone. No
+// message about envoy's environment shows a value any other way.
+func envoySetting(name, value string) string {
+	if v := envoyIndex[name]; v == nil || v.secret {
+		return name + " (value not shown)"
+	}
+	return fmt.Sprintf("%s=%q", name, value)
+}
+
+// envoyErrorf returns the error "SETTING: reason", with the setting as
+// envoySetting shows it. The reasons written here never quote the value of
+// a credential-bearing variable; an error among args (a flag's own, which
+// may quote what it was given) is shown only for the other variables.
+func envoyErrorf(name, value, format string, args ...any) error {
+	if v := envoyIndex[name]; v == nil || v.secret {
+		for i, a := range args {
+			if _, ok := a.(error); ok {
+				args[i] = "the value is refused"
+			}
+		}
+	}
+	return errors.New(envoySetting(name, value) + ": " + fmt.Sprintf(format, args...))
 }

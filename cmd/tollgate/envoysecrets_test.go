@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -20,12 +21,12 @@ const secretMarker = "Zq7sekret"
 // or an endpoint, anything in free-form metadata.
 var credentialName = regexp.MustCompile(`AUTH$|PASSWORD|TOKEN|SECRET|HEADERS$|NODE_METADATA$|_URL$|ENDPOINT$`)
 
-// credentialVars is every variable of envoyVars whose name says it can
-// carry a credential.
+// credentialVars is every variable of envoyVars marked as carrying a
+// credential, or whose name says it can.
 func credentialVars() []string {
 	var names []string
 	for _, v := range envoyVars {
-		if credentialName.MatchString(v.name) {
+		if v.secret || credentialName.MatchString(v.name) {
 			names = append(names, v.name)
 		}
 	}
@@ -121,5 +122,46 @@ func TestServeEnvoyEnvironmentSecretsRefused(t *testing.T) {
 				t.Errorf("output holds the value of %s:\n%s", tc.name, out)
 			}
 		})
+	}
+}
+
+// TestEnvoyEnvSecretsMarked checks the table's marks: every variable whose
+// name says it can carry a credential is marked secret, and envoySetting
+// shows the value of no marked (or unknown) variable.
+func TestEnvoyEnvSecretsMarked(t *testing.T) {
+	t.Parallel()
+	for _, v := range envoyVars {
+		if credentialName.MatchString(v.name) && !v.secret {
+			t.Errorf("%s: not marked secret, yet its name says it can carry a credential", v.name)
+		}
+		got := envoySetting(v.name, secretMarker)
+		if v.secret == strings.Contains(got, secretMarker) {
+			t.Errorf("envoySetting(%s) = %q (secret %v)", v.name, got, v.secret)
+		}
+	}
+	if got := envoySetting("NOT_IN_THE_TABLE", secretMarker); strings.Contains(got, secretMarker) {
+		t.Errorf("envoySetting of an unknown variable = %q", got)
+	}
+	if err := envoyErrorf("REDIS_AUTH", secretMarker, "--redis: %v", errors.New("bad "+secretMarker)); strings.Contains(err.Error(), secretMarker) {
+		t.Errorf("envoyErrorf shows a wrapped error quoting a secret value: %v", err)
+	}
+}
+
+// TestEnvoyEnvMessagesThroughOnePlace reads the envoy-mode sources: no
+// message there formats a variable's value itself (NAME=%q); each goes
+// through envoyErrorf, which asks envoySetting.
+func TestEnvoyEnvMessagesThroughOnePlace(t *testing.T) {
+	t.Parallel()
+	direct := regexp.MustCompile(`=%q|%s=%[qv]`)
+	for _, f := range []string{"envoyenv.go", "envoyflags.go", "envoyredis.go", "envoyextras.go"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if direct.MatchString(line) && !strings.Contains(line, "func envoySetting") && !strings.Contains(line, `return fmt.Sprintf("%s=%q", name, value)`) {
+				t.Errorf("%s:%d formats a value itself: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
 	}
 }
