@@ -2,9 +2,12 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -106,8 +109,15 @@ func TestServeTLSFileNotRegular(t *testing.T) {
 		t.Errorf("resident memory grew from %d to %d bytes reading /dev/zero", before, after)
 	}
 
-	// SIGTERM, with a handshake under way.
+	// SIGTERM, with a handshake under way, and a gRPC connection that
+	// never sends its TLS hello (the gRPC server waits for it up to
+	// --grpc-handshake-timeout, 10 s, longer than the drain).
 	go handshakeSerial(addrs["http"], c, 10*time.Second)
+	silent, err := net.Dial("tcp", addrs["grpc"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
 	start := time.Now()
 	if err := tg.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -122,5 +132,106 @@ func TestServeTLSFileNotRegular(t *testing.T) {
 	}
 	if got := tg.log.String(); strings.Contains(got, "PRIVATE KEY") {
 		t.Errorf("the log holds key material:\n%s", got)
+	}
+}
+
+// TestReadTLSFile reads what may stand in a TLS file's place: only a
+// regular file within the bound is read, and nothing blocks.
+func TestReadTLSFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.crt")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.crt")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	atLimit, over := filepath.Join(dir, "at-limit.crt"), filepath.Join(dir, "over.crt")
+	writeFile(t, atLimit, strings.Repeat("x", tlsMaxFileBytes))
+	writeFile(t, over, strings.Repeat("x", tlsMaxFileBytes+1))
+	link := filepath.Join(dir, "link.crt")
+	if err := os.Symlink(atLimit, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, want string // want: in the error; "" for none
+	}{
+		{fifo, "a FIFO, not a regular file"},
+		{zero, "a device, not a regular file"},
+		{dir, "a directory, not a regular file"},
+		{over, "larger than the limit of 1048576 bytes"},
+		{filepath.Join(dir, "missing.crt"), "no such file"},
+		{atLimit, ""},
+		{link, ""},
+	} {
+		done := make(chan struct{})
+		var b []byte
+		var err error
+		go func() { b, err = readTLSFile("--http-tls-cert", tc.path); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still reading after 5s", tc.path)
+		}
+		switch {
+		case tc.want == "" && (err != nil || len(b) != tlsMaxFileBytes):
+			t.Errorf("%s: %d bytes, %v; want the file", tc.path, len(b), err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--http-tls-cert")):
+			t.Errorf("%s: error %v, want one starting with the flag and saying %q", tc.path, err, tc.want)
+		}
+	}
+}
+
+// TestReloaderReadHangs gives a reloader files whose read never ends: get
+// waits at most its wait for it, then serves what it had; a further change
+// starts a new read, whose result is taken; the hung read's is not.
+func TestReloaderReadHangs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	writeFile(t, f, "1")
+	hang := make(chan struct{})
+	defer close(hang)
+	log := &logBuffer{added: make(chan struct{}, 1)}
+	r, err := newReloader("test TLS", []string{f}, func() (string, error) {
+		b, err := os.ReadFile(f)
+		switch string(b) {
+		case "hang":
+			<-hang
+			return "from the hung read", nil
+		case "bad":
+			return "", errors.New("does not load")
+		}
+		return string(b), err
+	}, slog.New(slog.NewTextHandler(log, nil)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.wait = 200 * time.Millisecond
+	if got := r.get(); got != "1" {
+		t.Fatalf("get = %q, want 1", got)
+	}
+	replaceFile(t, f, []byte("hang"))
+	for i := range 3 {
+		start := time.Now()
+		if got := r.get(); got != "1" {
+			t.Errorf("get %d while the read hangs = %q, want 1", i, got)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("get %d took %v, want at most the wait", i, took)
+		}
+	}
+	replaceFile(t, f, []byte("2"))
+	if got := r.get(); got != "2" {
+		t.Errorf("get after a new change = %q, want 2", got)
+	}
+	if !strings.Contains(log.String(), "not read yet") {
+		t.Errorf("the hung read is not logged:\n%s", log.String())
+	}
+	replaceFile(t, f, []byte("bad"))
+	if got := r.get(); got != "2" {
+		t.Errorf("get after a change that does not load = %q, want 2", got)
 	}
 }
