@@ -19,7 +19,7 @@ const secretMarker = "Zq7sekret"
 // credentialName matches the names of envoy's variables that can carry a
 // credential: a password, a token in a header, user information in a URL
 // or an endpoint, anything in free-form metadata.
-var credentialName = regexp.MustCompile(`AUTH$|PASSWORD|TOKEN|SECRET|HEADERS$|NODE_METADATA$|_URL$|ENDPOINT$`)
+var credentialName = regexp.MustCompile(`AUTH$|PASSWORD|TOKEN|SECRET|KEY$|HEADERS$|NODE_METADATA$|_URL$|ENDPOINT$`)
 
 // credentialVars is every variable of envoyVars marked as carrying a
 // credential, or whose name says it can.
