@@ -56,8 +56,9 @@ type envoyVar struct {
 	// one what to use instead; refusals quote it.
 	note string
 	// secret: the variable can carry a credential (a password, a token
-	// in a header, user information in a URL, free-form metadata), so no
-	// message ever shows its value (see envoySetting).
+	// in a header, user information in a URL, free-form metadata, a
+	// private key or its path), so no message ever shows its value (see
+	// envoySetting).
 	secret bool
 }
 
@@ -77,7 +78,7 @@ var envoyVars = []envoyVar{
 	{name: "GRPC_MAX_CONNECTION_AGE_GRACE", def: "1h", kind: envoyRefused, note: "tollgate sets no age limit on gRPC connections (see GRPC_MAX_CONNECTION_AGE): remove the variable"},
 	{name: "GRPC_SERVER_USE_TLS", def: "false", flag: "grpc-tls-cert", note: "true: the gRPC listener speaks TLS with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
 	{name: "GRPC_SERVER_TLS_CERT", flag: "grpc-tls-cert", on: grpcTLSOn, note: "--grpc-tls-cert, with GRPC_SERVER_USE_TLS=true"},
-	{name: "GRPC_SERVER_TLS_KEY", flag: "grpc-tls-key", on: grpcTLSOn, note: "--grpc-tls-key, with GRPC_SERVER_USE_TLS=true"},
+	{name: "GRPC_SERVER_TLS_KEY", secret: true, flag: "grpc-tls-key", on: grpcTLSOn, note: "--grpc-tls-key, with GRPC_SERVER_USE_TLS=true"},
 	{name: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-tls-client-ca", on: grpcTLSOn, note: "--grpc-tls-client-ca (clients must show a certificate), with GRPC_SERVER_USE_TLS=true"},
 	{name: "GRPC_CLIENT_TLS_SAN", flag: "grpc-tls-client-san", on: grpcTLSOn, note: "--grpc-tls-client-san, with GRPC_SERVER_USE_TLS=true"},
 
@@ -95,7 +96,7 @@ var envoyVars = []envoyVar{
 	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", secret: true, kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", secret: true, kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
 	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", kind: envoyRefused, on: xdsOn, note: "xDS only: tollgate reads its rules from files"},
@@ -150,7 +151,7 @@ var envoyVars = []envoyVar{
 	{name: "REDIS_SENTINEL_AUTH", secret: true, flag: "redis", on: redisOn, note: "the sentinels' own \"user:password\" or \"password\", in the --redis URL's user information (removed from every log line and error)"},
 	{name: "REDIS_TLS", def: "false", flag: "redis", on: redisOn, note: "true: rediss:// (TLS)"},
 	{name: "REDIS_TLS_CLIENT_CERT", flag: "redis-tls-cert", on: redisTLSOn, note: "--redis-tls-cert, with REDIS_TLS=true"},
-	{name: "REDIS_TLS_CLIENT_KEY", flag: "redis-tls-key", on: redisTLSOn, note: "--redis-tls-key, with REDIS_TLS=true"},
+	{name: "REDIS_TLS_CLIENT_KEY", secret: true, flag: "redis-tls-key", on: redisTLSOn, note: "--redis-tls-key, with REDIS_TLS=true"},
 	{name: "REDIS_TLS_CACERT", flag: "redis-tls-ca", on: redisTLSOn, note: "--redis-tls-ca, with REDIS_TLS=true"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", flag: "redis-tls-skip-verify-hostname", on: redisTLSOn, note: "--redis-tls-skip-verify-hostname, with REDIS_TLS=true"},
 	{name: "REDIS_TIMEOUT", def: "10s", flag: "redis", on: redisOn, note: "the --redis URL's dial_timeout (envoy bounds connecting by it; each request's Redis calls are bounded by --timeout)"},
@@ -183,7 +184,7 @@ var envoyVars = []envoyVar{
 	{name: "MEMCACHE_SRV_REFRESH", def: "0", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS", def: "false", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS_CLIENT_CERT", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
-	{name: "MEMCACHE_TLS_CLIENT_KEY", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
+	{name: "MEMCACHE_TLS_CLIENT_KEY", secret: true, kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS_CACERT", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 
