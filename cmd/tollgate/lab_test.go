@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/test/redistest"
@@ -98,6 +100,88 @@ func TestSimulateCSV(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestSimulateLongCSV simulates ten minutes of recorded traffic, far more
+// than a tenth of a second's bins can chart: the bin follows the duration,
+// and the table and the chart are both written.
+func TestSimulateLongCSV(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var csv strings.Builder
+	csv.WriteString("time\n")
+	for i := range 6000 { // 10 a second for 10 minutes
+		fmt.Fprintf(&csv, "%.3f\n", float64(i)*0.1)
+	}
+	path := filepath.Join(dir, "long.csv")
+	if err := os.WriteFile(path, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, nil, "simulate", "-csv", path, "-out", dir)
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "**long**") {
+		t.Errorf("no table on stdout:\n%s", out)
+	}
+	for _, f := range []string{"long.md", "long.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if svg, err := os.ReadFile(filepath.Join(dir, "long.svg")); err == nil && !strings.Contains(string(svg), "offered per 1s") {
+		t.Errorf("the chart's bin is not 1s")
+	}
+	// A bin too fine for the chart is refused, but the table is written.
+	dir2 := t.TempDir()
+	code, _, errs = runCmd(t, nil, "simulate", "-csv", path, "-out", dir2, "-bin", "10ms")
+	if code != 1 || !strings.Contains(errs, "use a longer bin") {
+		t.Errorf("-bin 10ms: exit %d, %q; want 1 and the bin refused", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, "long.md")); err != nil {
+		t.Errorf("-bin 10ms: the table is not written: %v", err)
+	}
+}
+
+// TestSimulateDayCSV runs the binary on a day of recorded traffic, in Unix
+// times: a table on stdout and in the .md, and a chart in bins of 2
+// minutes (the shortest round bin giving each bar a pixel) whose size does
+// not grow with the 50,000 requests.
+func TestSimulateDayCSV(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var csv strings.Builder
+	for i := range 50_000 { // every 1.728 s, from a Unix time on
+		fmt.Fprintf(&csv, "%d.%06d,GET /\n", 1764478535+i*1728/1000, i*1728%1000*1000)
+	}
+	path := filepath.Join(dir, "day.csv")
+	if err := os.WriteFile(path, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, tollgateBinary(t), "simulate", "-csv", path, "-out", dir)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "**day**") || !strings.Contains(stdout.String(), "| sliding_window_log |") {
+		t.Errorf("no table on stdout:\n%s", stdout.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "day.md")); err != nil {
+		t.Error(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "day.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(svg), "offered per 2m<") || !strings.Contains(string(svg), ">3h</text>") {
+		t.Errorf("the chart's bin is not 2m, or its axis not in steps of 3h:\n%.1500s", svg)
+	}
+	if len(svg) > 2<<20 {
+		t.Errorf("the chart takes %d bytes, more than 2 MiB", len(svg))
 	}
 }
 

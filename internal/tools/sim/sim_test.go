@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -445,6 +447,96 @@ func TestWriteSVG(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "<script>") {
 		t.Error("the description was not escaped")
+	}
+}
+
+// TestWriteSVGLongTraffic draws traffic far longer than the period with
+// the default bin: the bin grows with the span, to a round duration, so
+// the chart always has room for its bars, and its time axis keeps to
+// about ten labels.
+func TestWriteSVGLongTraffic(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		span    time.Duration
+		wantBin string
+	}{
+		{20 * time.Second, "100ms"}, // a tenth of the period, as before
+		{90 * time.Second, "200ms"},
+		{10 * time.Minute, "1s"},
+		{2 * time.Hour, "10s"},
+		{40 * 24 * time.Hour, "2h"},
+	} {
+		t.Run(tc.span.String(), func(t *testing.T) {
+			t.Parallel()
+			// One request every span/500: a few hundred, whatever the span.
+			tr := Traffic{Name: "long", Span: tc.span}
+			for at := time.Duration(0); at < tc.span; at += tc.span / 500 {
+				tr.Times = append(tr.Times, at)
+			}
+			rep, err := Run(context.Background(), tr, Config{Limit: limit10, MaxDelay: time.Second, LeakyBurst: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := WriteSVG(&out, rep, 0); err != nil {
+				t.Fatalf("WriteSVG with the default bin: %v", err)
+			}
+			if want := "offered per " + tc.wantBin + "<"; !strings.Contains(out.String(), want) {
+				t.Errorf("the chart's bin is not %s:\n%.600s", tc.wantBin, out.String())
+			}
+			if n := len(ticks(tc.span)); n > 11 {
+				t.Errorf("%d labels on the time axis, want at most 11", n)
+			}
+		})
+	}
+	// A bin asked for explicitly is kept, and refused when too fine.
+	tr := Traffic{Name: "long", Span: 10 * time.Minute, Times: []time.Duration{0, time.Minute}}
+	rep, err := Run(context.Background(), tr, Config{Limit: limit10, MaxDelay: time.Second, LeakyBurst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSVG(io.Discard, rep, 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "use a longer bin") {
+		t.Errorf("WriteSVG with a 100ms bin over 10m: %v, want it refused", err)
+	}
+}
+
+// TestRollingDense draws the line of a day of dense traffic: its path has
+// at most one column of commands per tenth of a pixel, the precision of
+// its coordinates, however many requests there are; and its peak is kept.
+func TestRollingDense(t *testing.T) {
+	t.Parallel()
+	const span = 24 * time.Hour
+	xOf := func(t time.Duration) float64 { return marginLeft + float64(plotW)*float64(t)/float64(span) }
+	yOf := func(n int) float64 { return float64(n) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	times := make([]time.Duration, 300_000)
+	for i := range times {
+		times[i] = time.Duration(rng.Int64N(int64(span)))
+	}
+	// A burst of 500 within a millisecond: the peak of the line.
+	for i := range 500 {
+		times = append(times, 5*time.Hour+time.Duration(i)*time.Microsecond)
+	}
+	slices.Sort(times)
+	peak := 0 // the most in any (t − 1 s, t]
+	for i, j := 0, 0; i < len(times); i++ {
+		for times[j] <= times[i]-time.Second {
+			j++
+		}
+		peak = max(peak, i-j+1)
+	}
+	got := rolling(times, time.Second, span, xOf, yOf)
+	// Each tenth of a pixel: H and at most three V, of at most 6 bytes each.
+	if limit := (10*plotW + 1) * 4 * 6; len(got) > limit {
+		t.Errorf("path of %d bytes for %d requests, want at most %d", len(got), len(times), limit)
+	}
+	top := 0.0
+	for _, m := range regexp.MustCompile(`V([0-9.]+)`).FindAllStringSubmatch(got, -1) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		top = max(top, v)
+	}
+	if top != yOf(peak) {
+		t.Errorf("the path peaks at %v, want %d", top, peak)
 	}
 }
 
