@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -144,45 +145,78 @@ func TestSimulateLongCSV(t *testing.T) {
 	}
 }
 
-// TestSimulateDayCSV runs the binary on a day of recorded traffic, in Unix
-// times: a table on stdout and in the .md, and a chart in bins of 2
-// minutes (the shortest round bin giving each bar a pixel) whose size does
-// not grow with the 50,000 requests.
+// TestSimulateDayCSV runs the binary on recorded traffic of a day (50,000
+// requests) and of a year (4), in Unix times: a table on stdout and in the
+// .md, and a chart in the shortest round bin giving each bar a pixel, each
+// bar the bin's mean per second, whose size does not grow with the
+// requests. A CSV spanning more than 100 years is refused.
 func TestSimulateDayCSV(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	var csv strings.Builder
+	var day strings.Builder
 	for i := range 50_000 { // every 1.728 s, from a Unix time on
-		fmt.Fprintf(&csv, "%d.%06d,GET /\n", 1764478535+i*1728/1000, i*1728%1000*1000)
+		fmt.Fprintf(&day, "%d.%06d,GET /\n", 1764478535+i*1728/1000, i*1728%1000*1000)
 	}
-	path := filepath.Join(dir, "day.csv")
-	if err := os.WriteFile(path, []byte(csv.String()), 0o644); err != nil {
-		t.Fatal(err)
+	year := "1764478535\n1780246535\n1780246535.5\n1796014535\n" // 0, half a year (twice), a year
+	for _, tc := range []struct {
+		name, csv string
+		want      []string // in the chart
+	}{
+		{"day", day.String(), []string{"bars: the mean per 1s of each 2m;", ">3h</text>"}},
+		{"year", year, []string{"bars: the mean per 1s of each 12h;", ">50d</text>"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, tc.name+".csv")
+			if err := os.WriteFile(path, []byte(tc.csv), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runSimulateBinary(t, "-csv", path, "-out", dir)
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if !strings.Contains(out, "**"+tc.name+"**") || !strings.Contains(out, "| sliding_window_log |") {
+				t.Errorf("no table on stdout:\n%s", out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, tc.name+".md")); err != nil {
+				t.Error(err)
+			}
+			svg, err := os.ReadFile(filepath.Join(dir, tc.name+".svg"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(string(svg), want) {
+					t.Errorf("the chart lacks %q:\n%.1500s", want, svg)
+				}
+			}
+			if len(svg) > 2<<20 {
+				t.Errorf("the chart takes %d bytes, more than 2 MiB", len(svg))
+			}
+		})
 	}
+	t.Run("over 100 years", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "ages.csv")
+		if err := os.WriteFile(path, []byte("1\n10000000000\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runSimulateBinary(t, "-csv", path)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, "spans more than 100 years") {
+			t.Errorf("%v, want exit 1 and the span refused:\n%s", err, out)
+		}
+	})
+}
+
+// runSimulateBinary runs the tollgate binary's simulate with args and
+// returns what it printed.
+func runSimulateBinary(t *testing.T, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, tollgateBinary(t), "simulate", "-csv", path, "-out", dir)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%v: %s", err, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "**day**") || !strings.Contains(stdout.String(), "| sliding_window_log |") {
-		t.Errorf("no table on stdout:\n%s", stdout.String())
-	}
-	if _, err := os.Stat(filepath.Join(dir, "day.md")); err != nil {
-		t.Error(err)
-	}
-	svg, err := os.ReadFile(filepath.Join(dir, "day.svg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(svg), "offered per 2m<") || !strings.Contains(string(svg), ">3h</text>") {
-		t.Errorf("the chart's bin is not 2m, or its axis not in steps of 3h:\n%.1500s", svg)
-	}
-	if len(svg) > 2<<20 {
-		t.Errorf("the chart takes %d bytes, more than 2 MiB", len(svg))
-	}
+	out, err := exec.CommandContext(ctx, tollgateBinary(t), append([]string{"simulate"}, args...)...).CombinedOutput()
+	return string(out), err
 }
 
 func TestSimulateBadInput(t *testing.T) {

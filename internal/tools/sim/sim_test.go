@@ -6,8 +6,10 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -324,6 +326,9 @@ func TestReadCSV(t *testing.T) {
 		{"negative later", "1\n-1\n", nil, "line 2"},
 		{"empty", "", nil, "holds no request times"},
 		{"only a header", "time\n", nil, "holds no request times"},
+		{"99 years", "0\n3124137600\n", []time.Duration{0, 3124137600 * time.Second}, ""},
+		{"over 100 years", "0\n3155760001\n", nil, "spans more than 100 years"},
+		{"past what a duration holds", "1\n10000000000\n", nil, "spans more than 100 years"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -342,6 +347,54 @@ func TestReadCSV(t *testing.T) {
 			}
 			checkTimes(t, tr)
 		})
+	}
+}
+
+// TestRecommendLongSpan suggests a limit for three requests over a year:
+// the percentiles count every idle second, yet memory follows the
+// requests, not the seconds (a count per second of a year is 250 MB). Not
+// parallel, so that the memory measured is its own.
+func TestRecommendLongSpan(t *testing.T) {
+	const year = 365 * 24 * time.Hour
+	tr := Traffic{Name: "year", Times: []time.Duration{0, year / 2, year / 2, year}, Span: year + time.Microsecond}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rec, err := Recommend(tr)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.P50 != 0 || rec.P99 != 0 || rec.Max != 2 || rec.Limit.Rate != 1 {
+		t.Errorf("p50 %d, p99 %d, max %d, rate %d; want 0, 0, 2, 1", rec.P50, rec.P99, rec.Max, rec.Limit.Rate)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Errorf("Recommend allocated %d bytes for %d requests", got, len(tr.Times))
+	}
+}
+
+// TestRecommendPercentiles checks Recommend's requests per second against
+// the counts of every second of random traffic, idle seconds included.
+func TestRecommendPercentiles(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		seconds := 1 + rng.IntN(300)
+		tr := Traffic{Span: time.Duration(seconds) * time.Second}
+		for range 1 + rng.IntN(600) {
+			tr.Times = append(tr.Times, time.Duration(rng.Int64N(int64(tr.Span))))
+		}
+		slices.Sort(tr.Times)
+		all := histogram(tr.Times, time.Second, seconds)
+		slices.Sort(all)
+		q := func(p float64) int { return all[max(int(math.Ceil(p*float64(seconds)))-1, 0)] }
+		rec, err := Recommend(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []int{rec.P50, rec.P95, rec.P99, rec.Max}
+		if want := []int{q(0.5), q(0.95), q(0.99), all[seconds-1]}; !slices.Equal(got, want) {
+			t.Fatalf("%d requests over %d s: p50, p95, p99, max %v, want %v", len(tr.Times), seconds, got, want)
+		}
 	}
 }
 
@@ -481,7 +534,11 @@ func TestWriteSVGLongTraffic(t *testing.T) {
 			if err := WriteSVG(&out, rep, 0); err != nil {
 				t.Fatalf("WriteSVG with the default bin: %v", err)
 			}
-			if want := "offered per " + tc.wantBin + "<"; !strings.Contains(out.String(), want) {
+			want := "offered per " + tc.wantBin + "<" // a count per bin, up to the period
+			if d, _ := time.ParseDuration(tc.wantBin); d > time.Second {
+				want = "bars: the mean per 1s of each " + tc.wantBin + ";" // past it, the bin's mean per period
+			}
+			if !strings.Contains(out.String(), want) {
 				t.Errorf("the chart's bin is not %s:\n%.600s", tc.wantBin, out.String())
 			}
 			if n := len(ticks(tc.span)); n > 11 {
