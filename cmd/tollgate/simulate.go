@@ -107,7 +107,7 @@ func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok b
 	fs.IntVar(&f.lburst, "leaky-burst", 0, "the leaky bucket's burst (default: 1 when it shapes, so what leaves is evenly spaced; the burst when it polices)")
 	fs.DurationVar(&f.span, "duration", 0, "how long a pattern lasts (default: 20 periods)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the bursty pattern's random arrivals")
-	fs.DurationVar(&f.bin, "bin", 0, "the chart's bin (default: a tenth of the period)")
+	fs.DurationVar(&f.bin, "bin", 0, "the chart's bin (default: a tenth of the period, or a longer round one for traffic too long to chart so)")
 	fs.StringVar(&f.out, "out", "", "write <traffic>.md (the table) and <traffic>.svg (the chart) into this directory")
 	fs.BoolVar(&f.withRdb, "redis", false, "replay every decision through Redis too (REDIS_URL, or a throwaway redis-server): check it decides as memory does and measure its state with MEMORY USAGE")
 	fs.Usage = func() {
@@ -219,14 +219,14 @@ func (f *simFlags) report(ctx context.Context, stdout io.Writer, blank bool, tr 
 	if f.out == "" {
 		return nil
 	}
+	// The table first: a chart that cannot be drawn (-bin too fine) does
+	// not cost it.
+	if err := os.WriteFile(filepath.Join(f.out, tr.Name+".md"), table.Bytes(), 0o644); err != nil {
+		return err
+	}
 	var chart bytes.Buffer
 	if err := sim.WriteSVG(&chart, rep, f.bin); err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{tr.Name + ".md": table.Bytes(), tr.Name + ".svg": chart.Bytes()} {
-		if err := os.WriteFile(filepath.Join(f.out, name), data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return os.WriteFile(filepath.Join(f.out, tr.Name+".svg"), chart.Bytes(), 0o644)
 }
