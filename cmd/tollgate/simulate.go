@@ -99,7 +99,7 @@ func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok b
 	fs.SetOutput(stderr)
 	f = new(simFlags)
 	fs.StringVar(&f.pattern, "pattern", "all", "traffic: "+strings.Join(sim.Patterns, ", ")+", or all")
-	fs.StringVar(&f.csvFile, "csv", "", "traffic from a CSV file of request times (seconds or RFC 3339, first field) instead of -pattern; also suggests a limit")
+	fs.StringVar(&f.csvFile, "csv", "", "traffic from a CSV file of request times (seconds or RFC 3339, first field; at most 100 years apart) instead of -pattern; also suggests a limit")
 	fs.IntVar(&f.rate, "rate", 10, "the limit: requests per period (with -csv, default: the suggested rate)")
 	fs.DurationVar(&f.period, "period", time.Second, "the limit's period")
 	fs.IntVar(&f.burst, "burst", 0, "the bucket algorithms' burst (default: the rate)")

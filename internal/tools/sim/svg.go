@@ -96,8 +96,9 @@ func WriteSVG(w io.Writer, rep Report, bin time.Duration) error {
 	xOf := func(t time.Duration) float64 { return marginLeft + float64(plotW)*float64(t)/float64(span) }
 	yOf := func(v int) float64 { return plotH * (1 - float64(v)/float64(top)) }
 	hOf := func(n int) float64 { return plotH * (1 - float64(n)*scale/float64(top)) } // a bar's top
-	for _, t := range ticks(span) {
-		c.Ticks = append(c.Ticks, tick{X: px(xOf(t)), Label: short(t)})
+	ts := ticks(span)
+	for _, t := range ts {
+		c.Ticks = append(c.Ticks, tick{X: px(xOf(t)), Label: tickText(t, ts)})
 	}
 	y := float64(headerH)
 	for _, r := range rep.Results {
@@ -200,7 +201,7 @@ func roundSteps() []time.Duration {
 		time.Second, 2*time.Second, 5*time.Second, 10*time.Second, 15*time.Second, 30*time.Second,
 		time.Minute, 2*time.Minute, 5*time.Minute, 10*time.Minute, 15*time.Minute, 30*time.Minute,
 		time.Hour, 2*time.Hour, 3*time.Hour, 6*time.Hour, 12*time.Hour)
-	for _, d := range []time.Duration{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} {
+	for _, d := range []time.Duration{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000} {
 		steps = append(steps, d*24*time.Hour)
 	}
 	return steps
@@ -288,6 +289,16 @@ func ticks(span time.Duration) []time.Duration {
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// tickText labels the tick at t, one of ts: in days when they step by
+// whole days (50d, not 1200h), else as short does.
+func tickText(t time.Duration, ts []time.Duration) string {
+	const day = 24 * time.Hour
+	if len(ts) > 1 && (ts[1]-ts[0])%day == 0 {
+		return strconv.FormatInt(int64(t/day), 10) + "d"
+	}
+	return short(t)
 }
 
 // niceCeil rounds v up to a round number: 1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8

@@ -132,12 +132,17 @@ func short(d time.Duration) string {
 	return s
 }
 
+// maxCSVSpan is the longest traffic ReadCSV reads: 100 years (of 365.25
+// days), well within what a time.Duration holds.
+const maxCSVSpan = 36525 * 24 * time.Hour
+
 // ReadCSV reads a client's traffic: one request per line, whose first field
 // is its time, as seconds (a decimal number: a Unix time such as
 // 1764478535.123456, or an offset such as 0.25) or as RFC 3339 text
 // (2026-01-02T15:04:05.123Z). Other fields are ignored; so are blank lines,
 // lines starting with '#', and a header line before the first time. Times
-// are kept to the µs, sorted, and made relative to the earliest.
+// are kept to the µs, sorted, and made relative to the earliest; the
+// latest may come at most maxCSVSpan after it.
 func ReadCSV(r io.Reader, name string) (Traffic, error) {
 	cr := csv.NewReader(bufio.NewReader(r))
 	cr.FieldsPerRecord = -1
@@ -166,6 +171,9 @@ func ReadCSV(r io.Reader, name string) (Traffic, error) {
 		return Traffic{}, fmt.Errorf("sim: %s holds no request times", name)
 	}
 	slices.Sort(abs)
+	if abs[len(abs)-1]-abs[0] > maxCSVSpan.Microseconds() {
+		return Traffic{}, fmt.Errorf("sim: %s spans more than 100 years", name)
+	}
 	tr := Traffic{Name: name, Times: make([]time.Duration, len(abs))}
 	for i, us := range abs {
 		tr.Times[i] = time.Duration(us-abs[0]) * time.Microsecond
