@@ -597,6 +597,32 @@ func TestRollingDense(t *testing.T) {
 	}
 }
 
+// TestPatternBound: a pattern that would hold more than 5,000,000
+// requests (1.5 × rate × span ÷ period, the most of the four) is refused
+// before it is made, whichever it is.
+func TestPatternBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		l    tollgate.Limit
+		span time.Duration
+		ok   bool
+	}{
+		{tollgate.Limit{Rate: 10_000, Period: time.Second}, 20 * time.Second, true},                  // steady: 300,000
+		{tollgate.Limit{Rate: 166_667, Period: time.Second}, 20 * time.Second, false},                // 5,000,010
+		{tollgate.Limit{Rate: 4_000_000, Period: 365 * 24 * time.Hour}, 365 * 24 * time.Hour, false}, // 6,000,000
+	} {
+		for _, name := range Patterns {
+			tr, err := Pattern(name, tc.l, tc.span, 1)
+			if tc.ok != (err == nil) || len(tr.Times) > 5_000_000 {
+				t.Errorf("%s, %d per %v over %v: %d requests, error %v", name, tc.l.Rate, tc.l.Period, tc.span, len(tr.Times), err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "at most 5000000 requests") {
+				t.Errorf("%s: error %v does not state the bound", name, err)
+			}
+		}
+	}
+}
+
 func TestRolling(t *testing.T) {
 	t.Parallel()
 	x := func(t time.Duration) float64 { return float64(t / ms) }
