@@ -16,9 +16,10 @@ import (
 // returns its exit status, stdout and stderr. It must end by itself.
 func runBinary(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	bin := tollgateBinary(t) // built first: the deadline is the run's
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, tollgateBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = withoutTollgateEnv(os.Environ())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -213,9 +213,10 @@ func TestSimulateDayCSV(t *testing.T) {
 // returns what it printed.
 func runSimulateBinary(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	bin := tollgateBinary(t) // built first: the deadline is the run's
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, tollgateBinary(t), append([]string{"simulate"}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"simulate"}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
