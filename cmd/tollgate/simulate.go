@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,7 +59,15 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 	}
 	limit, err := f.limit()
 	if err != nil {
-		fmt.Fprintln(stderr, "tollgate simulate:", err)
+		fmt.Fprintln(stderr, "tollgate simulate:", limitError(err))
+		return 2
+	}
+	if f.lburst == 0 && f.maxDelay > 0 {
+		f.lburst = 1
+	}
+	cfg := sim.Config{Limit: limit, MaxDelay: f.maxDelay, LeakyBurst: f.lburst}
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintln(stderr, "tollgate simulate:", limitError(err))
 		return 2
 	}
 	if f.csvFile == "" {
@@ -67,10 +76,6 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 			return 2
 		}
 	}
-	if f.lburst == 0 && f.maxDelay > 0 {
-		f.lburst = 1
-	}
-	cfg := sim.Config{Limit: limit, MaxDelay: f.maxDelay, LeakyBurst: f.lburst}
 	if f.withRdb {
 		r, err := lab.Connect(ctx, getenv("REDIS_URL"), stderr)
 		if err != nil {
@@ -92,6 +97,17 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 	return 0
 }
 
+// limitError is the text of an error about a limit: from "invalid limit"
+// on, for an invalid one, without the names of the packages that passed
+// it up (sim: tollgate: invalid limit: …), as the rules loader shows it.
+func limitError(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "invalid limit: "); i >= 0 && errors.Is(err, tollgate.ErrInvalidLimit) {
+		return msg[i:]
+	}
+	return msg
+}
+
 // parseSimulate parses simulate's arguments. When it reports false,
 // simulate exits with code at once (0 for --help).
 func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok bool) {
@@ -105,7 +121,7 @@ func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok b
 	fs.IntVar(&f.burst, "burst", 0, "the bucket algorithms' burst (default: the rate)")
 	fs.DurationVar(&f.maxDelay, "max-delay", -1, "the leaky bucket shapes, delaying requests up to this (default: the period); 0 makes it police")
 	fs.IntVar(&f.lburst, "leaky-burst", 0, "the leaky bucket's burst (default: 1 when it shapes, so what leaves is evenly spaced; the burst when it polices)")
-	fs.DurationVar(&f.span, "duration", 0, "how long a pattern lasts (default: 20 periods)")
+	fs.DurationVar(&f.span, "duration", 0, "how long a pattern lasts (default: 20 periods); a pattern holds at most 5,000,000 requests")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the bursty pattern's random arrivals")
 	fs.DurationVar(&f.bin, "bin", 0, "the chart's bin (default: a tenth of the period, or a longer round one for traffic too long to chart so)")
 	fs.StringVar(&f.out, "out", "", "write <traffic>.md (the table) and <traffic>.svg (the chart) into this directory")
@@ -118,11 +134,8 @@ func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok b
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil, 0, false
-		}
-		return nil, 2, false
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return nil, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tollgate simulate: unexpected arguments %q\n", fs.Args())

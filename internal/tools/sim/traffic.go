@@ -29,6 +29,10 @@ type Traffic struct {
 	Span time.Duration
 }
 
+// MaxRequests bounds a pattern's requests, and so the memory and the time
+// a simulation takes.
+const MaxRequests = 5_000_000
+
 // Patterns lists the standard patterns' names, in the order Standard
 // returns them.
 var Patterns = []string{"steady", "bursty", "boundary", "ramp"}
@@ -46,9 +50,17 @@ var Patterns = []string{"steady", "bursty", "boundary", "ramp"}
 //     before a window edge and as many in the first tenth after it, at every
 //     other edge — an attack on fixed windows.
 //   - ramp: a rate rising steadily from 0 to 3× the limit.
+//
+// A pattern holds at most MaxRequests requests: Pattern refuses a limit and
+// span for which 1.5 × rate × span ÷ period, the most any of them makes,
+// is more.
 func Pattern(name string, l tollgate.Limit, span time.Duration, seed uint64) (Traffic, error) {
 	if l.Rate < 1 || l.Period <= 0 || span <= 0 {
 		return Traffic{}, fmt.Errorf("sim: pattern %s needs a rate, a period and a span, got %d per %v over %v", name, l.Rate, l.Period, span)
+	}
+	if n := 1.5 * float64(l.Rate) * span.Seconds() / l.Period.Seconds(); n > MaxRequests {
+		return Traffic{}, fmt.Errorf("sim: pattern %s: %d per %v over %v makes up to %.0f requests; a pattern holds at most %d requests",
+			name, l.Rate, short(l.Period), short(span), n, MaxRequests)
 	}
 	r, p := float64(l.Rate), l.Period.Seconds()
 	tr := Traffic{Name: name, Span: span}
