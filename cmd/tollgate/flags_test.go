@@ -53,6 +53,7 @@ func TestFlagErrorsAreShort(t *testing.T) {
 		{[]string{"serve", "--zzzzzz"}, "tollgate serve: unknown flag --zzzzzz"},
 		{[]string{"serve", "--drain-timeout", "soon"}, `tollgate serve: invalid value "soon" for flag --drain-timeout`},
 		{[]string{"serve", "--config"}, "tollgate serve: flag needs an argument: --config"},
+		{[]string{"serve", "--watch=maybe"}, `tollgate serve: invalid boolean value "maybe" for --watch`},
 		{[]string{"proxy", "--upstreem", "http://127.0.0.1:1"}, "tollgate proxy: unknown flag --upstreem (did you mean --upstream?)"},
 		{[]string{"simulate", "--rat", "5"}, "tollgate simulate: unknown flag --rat (did you mean --rate?)"},
 		{[]string{"demo", "refill", "--wiat", "1s"}, "tollgate demo refill: unknown flag --wiat (did you mean --wait?)"},
