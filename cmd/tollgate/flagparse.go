@@ -52,7 +52,7 @@ func flagError(fs *flag.FlagSet, err error) string {
 		}
 		return msg
 	}
-	for _, p := range []string{"flag needs an argument: -", " for flag -"} {
+	for _, p := range []string{"flag needs an argument: -", " for flag -", " for -"} {
 		msg = strings.Replace(msg, p, p+"-", 1)
 	}
 	return msg
