@@ -25,7 +25,8 @@ func TestMakeRun(t *testing.T) {
 	cmd := exec.Command("make", "-s", "-C", root, "run", "ARGS=--http 127.0.0.1:0 --grpc 127.0.0.1:0")
 	cmd.Env = withoutTollgateEnv(os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // make, go and tollgate: stopped together
-	pr, pw, err := os.Pipe() // a file: Wait does not wait for its reader
+	// A pipe of files: Wait does not wait for its reader.
+	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
