@@ -51,10 +51,10 @@ func Recommend(tr Traffic) (Recommendation, error) {
 	if len(tr.Times) == 0 {
 		return rec, fmt.Errorf("sim: recommend: %s has no requests", tr.Name)
 	}
-	seconds := int((tr.Span + time.Second - 1) / time.Second)
+	seconds := int64((tr.Span + time.Second - 1) / time.Second) // up to 3e9: int64 on 32-bit platforms too
 	busy := busySeconds(tr.Times)
 	q := func(p float64) int { // nearest rank, over every second
-		i := max(int(math.Ceil(p*float64(seconds)))-1, 0) - (seconds - len(busy))
+		i := max(int64(math.Ceil(p*float64(seconds)))-1, 0) - (seconds - int64(len(busy)))
 		if i < 0 {
 			return 0 // an idle second
 		}

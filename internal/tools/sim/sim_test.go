@@ -350,25 +350,28 @@ func TestReadCSV(t *testing.T) {
 	}
 }
 
-// TestRecommendLongSpan suggests a limit for three requests over a year:
-// the percentiles count every idle second, yet memory follows the
-// requests, not the seconds (a count per second of a year is 250 MB). Not
-// parallel, so that the memory measured is its own.
+// TestRecommendLongSpan suggests a limit for four requests over a year,
+// and over 99 years (more seconds than a 32-bit int counts): the
+// percentiles count every idle second, yet memory follows the requests,
+// not the seconds (a count per second of a year is 250 MB). Not parallel,
+// so that the memory measured is its own.
 func TestRecommendLongSpan(t *testing.T) {
 	const year = 365 * 24 * time.Hour
-	tr := Traffic{Name: "year", Times: []time.Duration{0, year / 2, year / 2, year}, Span: year + time.Microsecond}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	rec, err := Recommend(tr)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.P50 != 0 || rec.P99 != 0 || rec.Max != 2 || rec.Limit.Rate != 1 {
-		t.Errorf("p50 %d, p99 %d, max %d, rate %d; want 0, 0, 2, 1", rec.P50, rec.P99, rec.Max, rec.Limit.Rate)
-	}
-	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
-		t.Errorf("Recommend allocated %d bytes for %d requests", got, len(tr.Times))
+	for _, span := range []time.Duration{year, 99 * year} {
+		tr := Traffic{Name: "long", Times: []time.Duration{0, span / 2, span / 2, span}, Span: span + time.Microsecond}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		rec, err := Recommend(tr)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.P50 != 0 || rec.P99 != 0 || rec.Max != 2 || rec.Limit.Rate != 1 {
+			t.Errorf("%v: p50 %d, p99 %d, max %d, rate %d; want 0, 0, 2, 1", span, rec.P50, rec.P99, rec.Max, rec.Limit.Rate)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+			t.Errorf("%v: Recommend allocated %d bytes for %d requests", span, got, len(tr.Times))
+		}
 	}
 }
 
