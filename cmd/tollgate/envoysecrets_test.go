@@ -103,6 +103,8 @@ func TestServeEnvoyEnvironmentSecretsRefused(t *testing.T) {
 		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_SENTINEL_AUTH=user:" + secretMarker}, "REDIS_PERSECOND_SENTINEL_AUTH"},
 		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer " + secretMarker}, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
 		{[]string{"REDIS_URL=user:" + secretMarker + "@127.0.0.1:6379"}, "REDIS_URL"},
+		{[]string{"REDIS_URL=user:" + secretMarker}, "REDIS_URL"}, // reads as host:port, the password the port
+		{[]string{"REDIS_TYPE=CLUSTER", "REDIS_URL=127.0.0.1:6379,authorization:Bearer " + secretMarker}, "REDIS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
