@@ -515,9 +515,10 @@ func TestServeEnvoyEnvironmentRefused(t *testing.T) {
 		t.Run(tc.want, func(t *testing.T) {
 			t.Parallel()
 			env := append(composeEnv("127.0.0.1:1", root), tc.env...)
+			bin := tollgateBinary(t) // built first: the deadline is the run's
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, tollgateBinary(t), "serve")
+			cmd := exec.CommandContext(ctx, bin, "serve")
 			cmd.Env = env
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError

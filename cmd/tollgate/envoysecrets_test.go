@@ -108,9 +108,10 @@ func TestServeEnvoyEnvironmentSecretsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			bin := tollgateBinary(t) // built first: the deadline is the run's
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, tollgateBinary(t), "serve")
+			cmd := exec.CommandContext(ctx, bin, "serve")
 			cmd.Env = append(composeEnv("127.0.0.1:1", root), tc.env...)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
