@@ -452,6 +452,7 @@ func getURL(t *testing.T, url string) (int, string) {
 // user needs that password.
 func TestServeEnvoyEnvironmentExtras(t *testing.T) {
 	t.Parallel()
+	tollgateBinary(t) // built first: the deadline below is the test's
 	rdb := redistest.NewServer(t)
 	rc := rdb.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
