@@ -76,7 +76,7 @@ func envoyRedisURL(e envoyEnv) (string, bool, error) {
 		return "", false, envoyErrorf("REDIS_TYPE", e.get("REDIS_TYPE"), "want SINGLE, SENTINEL or CLUSTER")
 	}
 	for i, a := range addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
+		if !isHostPort(a) {
 			return "", false, envoyErrorf("REDIS_URL", raw, "%s", notHostPort(all-len(addrs)+i, all, a))
 		}
 	}
@@ -89,6 +89,22 @@ func envoyRedisURL(e envoyEnv) (string, bool, error) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), true, nil
+}
+
+// isHostPort reports whether addr is a host (a name, or an IP address,
+// IPv6 in brackets) and a port number from 1 to 65535: what a Redis URL's
+// host takes, so that no other text, a password mistaken for a port
+// among it, reaches the URL and the errors that quote it.
+func isHostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	hostRune := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-_:%", r)
+	}
+	if err != nil || host == "" || strings.ContainsFunc(host, func(r rune) bool { return !hostRune(r) }) {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == port
 }
 
 // notHostPort says which of REDIS_URL's n comma-separated parts, the
