@@ -42,9 +42,16 @@ check:
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
 
-# run starts the decision service on the memory store with the example rules.
+# run builds bin/tollgate, saying so first: the first build downloads and
+# compiles every module, which takes minutes on a busy machine, and the
+# compiling prints nothing. Then it starts the decision service on the
+# memory store with the example rules. ARGS adds flags:
+# make run ARGS='--http 127.0.0.1:9090'.
 run:
-	$(GO) run ./cmd/tollgate serve --config examples/ratelimit.yaml
+	@echo "building tollgate into bin/tollgate (the first build downloads and compiles the modules, and can take minutes)..."
+	@$(GO) build -o bin/tollgate ./cmd/tollgate
+	@echo "starting: bin/tollgate serve --config examples/ratelimit.yaml $(ARGS)"
+	@exec bin/tollgate serve --config examples/ratelimit.yaml $(ARGS)
 
 # The lab (README "Lab"): each target runs `tollgate demo <name>` against the
 # Redis at REDIS_URL (default redis://127.0.0.1:6379), or against a throwaway

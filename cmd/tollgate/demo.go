@@ -91,11 +91,8 @@ func runDemo(ctx context.Context, args []string, getenv env, stdout, stderr io.W
 		fs := flag.NewFlagSet("tollgate demo "+d.name, flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		run := d.flags(fs)
-		if err := fs.Parse(args[1:]); err != nil {
-			if err == flag.ErrHelp {
-				return 0
-			}
-			return 2
+		if code, ok := parseFlags(fs, args[1:], stderr); !ok {
+			return code
 		}
 		if fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "tollgate demo %s: unexpected arguments %q\n", d.name, fs.Args())

@@ -55,6 +55,11 @@ type envoyVar struct {
 	// note says what tollgate does with the variable, or for a refused
 	// one what to use instead; refusals quote it.
 	note string
+	// secret: the variable can carry a credential (a password, a token
+	// in a header, user information in a URL, free-form metadata, a
+	// private key or its path), so no message ever shows its value (see
+	// envoySetting).
+	secret bool
 }
 
 // envoyVars is every variable envoyproxy/ratelimit reads (its
@@ -73,7 +78,7 @@ var envoyVars = []envoyVar{
 	{name: "GRPC_MAX_CONNECTION_AGE_GRACE", def: "1h", kind: envoyRefused, note: "tollgate sets no age limit on gRPC connections (see GRPC_MAX_CONNECTION_AGE): remove the variable"},
 	{name: "GRPC_SERVER_USE_TLS", def: "false", flag: "grpc-tls-cert", note: "true: the gRPC listener speaks TLS with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
 	{name: "GRPC_SERVER_TLS_CERT", flag: "grpc-tls-cert", on: grpcTLSOn, note: "--grpc-tls-cert, with GRPC_SERVER_USE_TLS=true"},
-	{name: "GRPC_SERVER_TLS_KEY", flag: "grpc-tls-key", on: grpcTLSOn, note: "--grpc-tls-key, with GRPC_SERVER_USE_TLS=true"},
+	{name: "GRPC_SERVER_TLS_KEY", secret: true, flag: "grpc-tls-key", on: grpcTLSOn, note: "--grpc-tls-key, with GRPC_SERVER_USE_TLS=true"},
 	{name: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-tls-client-ca", on: grpcTLSOn, note: "--grpc-tls-client-ca (clients must show a certificate), with GRPC_SERVER_USE_TLS=true"},
 	{name: "GRPC_CLIENT_TLS_SAN", flag: "grpc-tls-client-san", on: grpcTLSOn, note: "--grpc-tls-client-san, with GRPC_SERVER_USE_TLS=true"},
 
@@ -85,13 +90,13 @@ var envoyVars = []envoyVar{
 	{name: "CONFIG_TYPE", def: "FILE", flag: "xds", note: "FILE: the rules come from RUNTIME_ROOT (--config); GRPC_XDS_SOTW: from the xDS management server at CONFIG_GRPC_XDS_SERVER_URL (--xds); anything else is refused, as envoy refuses it"},
 	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", flag: "xds-force-start", on: xdsOn, note: "--xds-force-start: true serves before the first rules have come (/healthcheck 200, requests fail with gRPC Unknown \"no rate limit configuration loaded\"); false listens once the first response is handled"},
 	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", flag: "xds-node-id", on: xdsOn, note: "--xds-node-id"},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", flag: "xds-node-metadata", on: xdsOn, note: "--xds-node-metadata: key=value,key=value, string values; an entry without = is left out, as envoy leaves it out, and logged"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", flag: "xds", on: xdsOn, note: "--xds: the management server, host:port"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", secret: true, flag: "xds-node-metadata", on: xdsOn, note: "--xds-node-metadata: key=value,key=value, string values; an entry without = is left out, as envoy leaves it out, and logged"},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", secret: true, def: "localhost:18000", flag: "xds", on: xdsOn, note: "--xds: the management server, host:port"},
 	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: envoySame, check: checkDuration, on: xdsOn, note: "envoy gives it to a retry of gRPC calls that leaves streams alone, so its xDS stream does not use it either: reconnections follow XDS_CLIENT_BACKOFF_*"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", kind: envoySame, on: xdsOn, note: "name:value,name:value, sent with the xDS stream; read from the environment in and out of envoy mode, never a flag, and never logged (a credential)"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", secret: true, kind: envoySame, on: xdsOn, note: "name:value,name:value, sent with the xDS stream; read from the environment in and out of envoy mode, never a flag, and never logged (a credential)"},
 	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", flag: "xds-tls", on: xdsOn, note: "--xds-tls"},
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "xds-tls-cert", on: xdsTLSOn, note: "--xds-tls-cert, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "xds-tls-key", on: xdsTLSOn, note: "--xds-tls-key, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", secret: true, flag: "xds-tls-key", on: xdsTLSOn, note: "--xds-tls-key, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "xds-tls-ca", on: xdsTLSOn, note: "--xds-tls-ca, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true: the server's certificate must chain to it (envoy also trusts the system's roots beside it)"},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", flag: "xds-tls-server-name", on: xdsTLSOn, note: "--xds-tls-server-name, with CONFIG_GRPC_XDS_SERVER_USE_TLS=true"},
 	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", flag: "xds-backoff-initial", on: xdsOn, note: "--xds-backoff-initial"},
@@ -143,13 +148,13 @@ var envoyVars = []envoyVar{
 	// Redis.
 	{name: "REDIS_SOCKET_TYPE", def: "unix", flag: "redis", on: redisOn, note: "tcp; unix is refused: tollgate reaches Redis over TCP only"},
 	{name: "REDIS_TYPE", def: "SINGLE", flag: "redis", on: redisOn, note: "SINGLE is redis://, SENTINEL redis+sentinel://, CLUSTER redis+cluster://"},
-	{name: "REDIS_URL", def: "/var/run/nutcracker/ratelimit.sock", flag: "redis", note: "--redis: host:port; master,sentinel:port,… for SENTINEL; host:port,host:port for CLUSTER; a redis:// URL is taken as it is. Unset, the memory store (one instance)"},
+	{name: "REDIS_URL", secret: true, def: "/var/run/nutcracker/ratelimit.sock", flag: "redis", note: "--redis: host:port; master,sentinel:port,… for SENTINEL; host:port,host:port for CLUSTER; a redis:// URL is taken as it is. Unset, the memory store (one instance)"},
 	{name: "REDIS_POOL_SIZE", def: "10", flag: "redis", on: redisOn, note: "the --redis URL's pool_size"},
-	{name: "REDIS_AUTH", flag: "redis", on: redisOn, note: "\"user:password\" or \"password\": the password is passed as $REDIS_AUTH is outside envoy mode, never in the URL; a user name goes into the --redis URL (with a redis:// REDIS_URL, put the user name in that URL)"},
-	{name: "REDIS_SENTINEL_AUTH", flag: "redis", on: redisOn, note: "the sentinels' own \"user:password\" or \"password\", in the --redis URL's user information (removed from every log line and error)"},
+	{name: "REDIS_AUTH", secret: true, flag: "redis", on: redisOn, note: "\"user:password\" or \"password\": the password is passed as $REDIS_AUTH is outside envoy mode, never in the URL; a user name goes into the --redis URL (with a redis:// REDIS_URL, put the user name in that URL)"},
+	{name: "REDIS_SENTINEL_AUTH", secret: true, flag: "redis", on: redisOn, note: "the sentinels' own \"user:password\" or \"password\", in the --redis URL's user information (removed from every log line and error)"},
 	{name: "REDIS_TLS", def: "false", flag: "redis", on: redisOn, note: "true: rediss:// (TLS)"},
 	{name: "REDIS_TLS_CLIENT_CERT", flag: "redis-tls-cert", on: redisTLSOn, note: "--redis-tls-cert, with REDIS_TLS=true"},
-	{name: "REDIS_TLS_CLIENT_KEY", flag: "redis-tls-key", on: redisTLSOn, note: "--redis-tls-key, with REDIS_TLS=true"},
+	{name: "REDIS_TLS_CLIENT_KEY", secret: true, flag: "redis-tls-key", on: redisTLSOn, note: "--redis-tls-key, with REDIS_TLS=true"},
 	{name: "REDIS_TLS_CACERT", flag: "redis-tls-ca", on: redisTLSOn, note: "--redis-tls-ca, with REDIS_TLS=true"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", flag: "redis-tls-skip-verify-hostname", on: redisTLSOn, note: "--redis-tls-skip-verify-hostname, with REDIS_TLS=true"},
 	{name: "REDIS_TIMEOUT", def: "10s", flag: "redis", on: redisOn, note: "the --redis URL's dial_timeout (envoy bounds connecting by it; each request's Redis calls are bounded by --timeout)"},
@@ -164,11 +169,11 @@ var envoyVars = []envoyVar{
 	{name: "REDIS_PERSECOND", def: "false", kind: envoyRefused, note: "tollgate keeps every limit in one Redis: remove REDIS_PERSECOND and the REDIS_PERSECOND_* variables"},
 	{name: "REDIS_PERSECOND_SOCKET_TYPE", def: "unix", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_TYPE", def: "SINGLE", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
-	{name: "REDIS_PERSECOND_URL", def: "/var/run/nutcracker/ratelimitpersecond.sock", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
+	{name: "REDIS_PERSECOND_URL", secret: true, def: "/var/run/nutcracker/ratelimitpersecond.sock", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_POOL_SIZE", def: "10", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
-	{name: "REDIS_PERSECOND_AUTH", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
+	{name: "REDIS_PERSECOND_AUTH", secret: true, kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_TLS", def: "false", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
-	{name: "REDIS_PERSECOND_SENTINEL_AUTH", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
+	{name: "REDIS_PERSECOND_SENTINEL_AUTH", secret: true, kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", def: "0", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", def: "0", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
 	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", def: "1", kind: envoyRefused, on: perSecondOn, note: "one Redis for every limit (see REDIS_PERSECOND)"},
@@ -182,7 +187,7 @@ var envoyVars = []envoyVar{
 	{name: "MEMCACHE_SRV_REFRESH", def: "0", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS", def: "false", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS_CLIENT_CERT", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
-	{name: "MEMCACHE_TLS_CLIENT_KEY", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
+	{name: "MEMCACHE_TLS_CLIENT_KEY", secret: true, kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS_CACERT", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", kind: envoyRefused, on: memcacheOn, note: "tollgate's shared store is Redis (see BACKEND_TYPE)"},
 
@@ -193,7 +198,7 @@ var envoyVars = []envoyVar{
 	{name: "TRACING_SERVICE_INSTANCE_ID", flag: "tracing-service-instance-id", on: tracingOn, note: "--tracing-service-instance-id"},
 	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", flag: "tracing-exporter-protocol", on: tracingOn, note: "--tracing-exporter-protocol, envoy's default with TRACING_ENABLED=true"},
 	{name: "TRACING_SAMPLING_RATE", def: "1", flag: "tracing-sampling-rate", on: tracingOn, note: "--tracing-sampling-rate, envoy's default with TRACING_ENABLED=true"},
-	{name: "OTEL_EXPORTER_OTLP_ENDPOINT", kind: envoySame, on: tracingOn, note: "tollgate's tracing reads OpenTelemetry's OTEL_EXPORTER_OTLP_* variables as envoy's does, after --tracing-endpoint (it alone does not turn envoy mode on)"},
+	{name: "OTEL_EXPORTER_OTLP_ENDPOINT", secret: true, kind: envoySame, on: tracingOn, note: "tollgate's tracing reads OpenTelemetry's OTEL_EXPORTER_OTLP_* variables as envoy's does, after --tracing-endpoint (it alone does not turn envoy mode on)"},
 }
 
 // The switches that say whether a group of variables matters (envoyVar.on).
@@ -287,7 +292,33 @@ func (e envoyEnv) isTrue(name string) bool {
 func (e envoyEnv) boolean(name string) (bool, error) {
 	b, err := strconv.ParseBool(e.get(name))
 	if err != nil {
-		return false, fmt.Errorf("%s=%q: want true or false", name, e.get(name))
+		return false, envoyErrorf(name, e.get(name), "want true or false")
 	}
 	return b, nil
+}
+
+// envoySetting is how every message names one of envoy's variables and
+// its value: NAME="value", or for a variable that can carry a credential
+// (envoyVar.secret, and any name not in the table) the name alone. No
+// message about envoy's environment shows a value any other way.
+func envoySetting(name, value string) string {
+	if v := envoyIndex[name]; v == nil || v.secret {
+		return name + " (value not shown)"
+	}
+	return fmt.Sprintf("%s=%q", name, value)
+}
+
+// envoyErrorf returns the error "SETTING: reason", with the setting as
+// envoySetting shows it. The reasons written here never quote the value of
+// a credential-bearing variable; an error among args (a flag's own, which
+// may quote what it was given) is shown only for the other variables.
+func envoyErrorf(name, value, format string, args ...any) error {
+	if v := envoyIndex[name]; v == nil || v.secret {
+		for i, a := range args {
+			if _, ok := a.(error); ok {
+				args[i] = "the value is refused"
+			}
+		}
+	}
+	return errors.New(envoySetting(name, value) + ": " + fmt.Sprintf(format, args...))
 }

@@ -250,7 +250,7 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=", "/readyz"}},
 		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=soon"}, []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL="}},
 		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=soon"}, []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="}},
-		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=r2:6379"}, []string{"REDIS_PERSECOND=", "REDIS_PERSECOND_URL="}},
+		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=r2:6379"}, []string{"REDIS_PERSECOND=", "REDIS_PERSECOND_URL (value not shown)"}},
 		{[]string{"GRPC_UDS=/tmp/rl.sock"}, []string{"GRPC_UDS=", "GRPC_PORT"}},
 		{[]string{"GRPC_MAX_CONNECTION_AGE=1h"}, []string{"GRPC_MAX_CONNECTION_AGE=", "--grpc-max-connection-idle"}},
 		{[]string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true"}, []string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="}},
@@ -259,8 +259,10 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		{[]string{"REDIS_URL=/var/run/nutcracker/ratelimit.sock"}, []string{"REDIS_SOCKET_TYPE=", "tcp"}},
 		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=/tmp/redis.sock"}, []string{`REDIS_SOCKET_TYPE="unix"`}},
 		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=ring", "REDIS_URL=r:6379"}, []string{`REDIS_TYPE="ring"`}},
-		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=r:6379"}, []string{"REDIS_URL=", "master-name"}},
-		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r"}, []string{"REDIS_URL=", "host:port"}},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=r:6379"}, []string{"REDIS_URL (value not shown)", "master-name"}},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r"}, []string{"REDIS_URL (value not shown)", "it is no host:port"}},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=cluster", "REDIS_URL=a:1,b"}, []string{"REDIS_URL (value not shown)", "part 2 of 2 (comma-separated) is no host:port"}},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=u:pw@r:6379"}, []string{"REDIS_URL (value not shown)", "a password goes in REDIS_AUTH"}},
 		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:1", "REDIS_POOL_SIZE=many"}, []string{"REDIS_POOL_SIZE="}},
 		{[]string{"PORT=http"}, []string{`PORT="http"`}},
 		{[]string{"LOG_LEVEL=loud"}, []string{`LOG_LEVEL="loud"`}},
@@ -526,6 +528,7 @@ func getURL(t *testing.T, url string) (int, string) {
 // user needs that password.
 func TestServeEnvoyEnvironmentExtras(t *testing.T) {
 	t.Parallel()
+	tollgateBinary(t) // built first: the deadline below is the test's
 	rdb := redistest.NewServer(t)
 	rc := rdb.Client(t)
 	// Starting the binary may take a while on a busy machine: the Redis
@@ -591,9 +594,10 @@ func TestServeEnvoyEnvironmentRefused(t *testing.T) {
 		t.Run(tc.want, func(t *testing.T) {
 			t.Parallel()
 			env := append(composeEnv("127.0.0.1:1", root), tc.env...)
+			bin := tollgateBinary(t) // built first: the deadline is the run's
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, tollgateBinary(t), "serve")
+			cmd := exec.CommandContext(ctx, bin, "serve")
 			cmd.Env = env
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError

@@ -91,7 +91,7 @@ var envoyBuilt = map[string]func(e envoyEnv) (string, bool, error){
 		case xdsOn(e):
 			return e.get("CONFIG_GRPC_XDS_SERVER_URL"), true, nil
 		default:
-			return "", false, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)
+			return "", false, envoyErrorf("CONFIG_TYPE", t, "want FILE or GRPC_XDS_SOTW")
 		}
 	},
 	"tracing": func(e envoyEnv) (string, bool, error) {
@@ -176,7 +176,7 @@ func envoyStatsd(e envoyEnv) (string, bool, error) {
 func (e envoyEnv) hostPort(host, port string) (string, bool, error) {
 	p := e.get(port)
 	if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
-		return "", false, fmt.Errorf("%s=%q: want a port number", port, p)
+		return "", false, envoyErrorf(port, p, "want a port number")
 	}
 	return net.JoinHostPort(e.get(host), p), true, nil
 }
@@ -215,12 +215,12 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv env) (bool, error) {
 		}
 		if fs.Lookup(v.flag) == nil {
 			if e.set(v.name) && !sameSetting(v.def, e.getenv(v.name)) {
-				errs = append(errs, fmt.Errorf("%s=%q: this tollgate has no --%s flag to carry it", v.name, e.getenv(v.name), v.flag))
+				errs = append(errs, envoyErrorf(v.name, e.getenv(v.name), "this tollgate has no --%s flag to carry it", v.flag))
 			}
 			continue // envoy's default, for a flag this build lacks
 		}
 		if err := fs.Set(v.flag, val); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: --%s: %w", v.name, getenv(v.name), v.flag, err))
+			errs = append(errs, envoyErrorf(v.name, getenv(v.name), "--%s: %v", v.flag, err))
 		}
 	}
 	for _, f := range envoyModeFlags {
@@ -252,7 +252,7 @@ func (v envoyVar) accept(e envoyEnv) error {
 	case envoySame:
 		if v.check != nil {
 			if err := v.check(val); err != nil {
-				return fmt.Errorf("%s=%q: %w", v.name, val, err)
+				return envoyErrorf(v.name, val, "%v", err)
 			}
 		}
 	case envoyRefused:
@@ -261,7 +261,7 @@ func (v envoyVar) accept(e envoyEnv) error {
 			accepted = v.off
 		}
 		if !sameSetting(accepted, val) {
-			return fmt.Errorf("%s=%q: %s", v.name, val, v.note)
+			return envoyErrorf(v.name, val, "%s", v.note)
 		}
 	}
 	return nil
@@ -280,7 +280,7 @@ func envoyFlagValue(e envoyEnv, v envoyVar) (string, bool, error) {
 	if conv, ok := envoyConvert[v.name]; ok {
 		c, err := conv(val)
 		if err != nil {
-			return "", false, fmt.Errorf("%s=%q: %w", v.name, val, err)
+			return "", false, envoyErrorf(v.name, val, "%v", err)
 		}
 		return c, true, nil
 	}

@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/test/redistest"
@@ -99,6 +102,122 @@ func TestSimulateCSV(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestSimulateLongCSV simulates ten minutes of recorded traffic, far more
+// than a tenth of a second's bins can chart: the bin follows the duration,
+// and the table and the chart are both written.
+func TestSimulateLongCSV(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var csv strings.Builder
+	csv.WriteString("time\n")
+	for i := range 6000 { // 10 a second for 10 minutes
+		fmt.Fprintf(&csv, "%.3f\n", float64(i)*0.1)
+	}
+	path := filepath.Join(dir, "long.csv")
+	if err := os.WriteFile(path, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, nil, "simulate", "-csv", path, "-out", dir)
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "**long**") {
+		t.Errorf("no table on stdout:\n%s", out)
+	}
+	for _, f := range []string{"long.md", "long.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if svg, err := os.ReadFile(filepath.Join(dir, "long.svg")); err == nil && !strings.Contains(string(svg), "offered per 1s") {
+		t.Errorf("the chart's bin is not 1s")
+	}
+	// A bin too fine for the chart is refused, but the table is written.
+	dir2 := t.TempDir()
+	code, _, errs = runCmd(t, nil, "simulate", "-csv", path, "-out", dir2, "-bin", "10ms")
+	if code != 1 || !strings.Contains(errs, "use a longer bin") {
+		t.Errorf("-bin 10ms: exit %d, %q; want 1 and the bin refused", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, "long.md")); err != nil {
+		t.Errorf("-bin 10ms: the table is not written: %v", err)
+	}
+}
+
+// TestSimulateDayCSV runs the binary on recorded traffic of a day (50,000
+// requests) and of a year (4), in Unix times: a table on stdout and in the
+// .md, and a chart in the shortest round bin giving each bar a pixel, each
+// bar the bin's mean per second, whose size does not grow with the
+// requests. A CSV spanning more than 100 years is refused.
+func TestSimulateDayCSV(t *testing.T) {
+	t.Parallel()
+	var day strings.Builder
+	for i := range 50_000 { // every 1.728 s, from a Unix time on
+		fmt.Fprintf(&day, "%d.%06d,GET /\n", 1764478535+i*1728/1000, i*1728%1000*1000)
+	}
+	year := "1764478535\n1780246535\n1780246535.5\n1796014535\n" // 0, half a year (twice), a year
+	for _, tc := range []struct {
+		name, csv string
+		want      []string // in the chart
+	}{
+		{"day", day.String(), []string{"bars: the mean per 1s of each 2m;", ">3h</text>"}},
+		{"year", year, []string{"bars: the mean per 1s of each 12h;", ">50d</text>"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, tc.name+".csv")
+			if err := os.WriteFile(path, []byte(tc.csv), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runSimulateBinary(t, "-csv", path, "-out", dir)
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if !strings.Contains(out, "**"+tc.name+"**") || !strings.Contains(out, "| sliding_window_log |") {
+				t.Errorf("no table on stdout:\n%s", out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, tc.name+".md")); err != nil {
+				t.Error(err)
+			}
+			svg, err := os.ReadFile(filepath.Join(dir, tc.name+".svg"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(string(svg), want) {
+					t.Errorf("the chart lacks %q:\n%.1500s", want, svg)
+				}
+			}
+			if len(svg) > 2<<20 {
+				t.Errorf("the chart takes %d bytes, more than 2 MiB", len(svg))
+			}
+		})
+	}
+	t.Run("over 100 years", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "ages.csv")
+		if err := os.WriteFile(path, []byte("1\n10000000000\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runSimulateBinary(t, "-csv", path)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, "spans more than 100 years") {
+			t.Errorf("%v, want exit 1 and the span refused:\n%s", err, out)
+		}
+	})
+}
+
+// runSimulateBinary runs the tollgate binary's simulate with args and
+// returns what it printed.
+func runSimulateBinary(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := tollgateBinary(t) // built first: the deadline is the run's
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"simulate"}, args...)...).CombinedOutput()
+	return string(out), err
 }
 
 func TestSimulateBadInput(t *testing.T) {

@@ -88,7 +88,10 @@ func (o *serveOptions) awaitStop(ctx context.Context, errc <-chan error, srv *se
 }
 
 // drain stops g and hs, letting requests in flight finish for up to
-// --drain-timeout; it returns hs's error when some were cut.
+// --drain-timeout; it returns hs's error when some were cut. It returns by
+// the drain timeout whatever the clients do: grpc-go's Stop closes every
+// connection but still waits for the handshakes under way (each bounded by
+// --grpc-handshake-timeout), and the process exits without them.
 func (o *serveOptions) drain(g *grpc.Server, hs *http.Server) error {
 	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
 	defer cancel()
@@ -98,7 +101,7 @@ func (o *serveOptions) drain(g *grpc.Server, hs *http.Server) error {
 	select {
 	case <-stopped:
 	case <-dctx.Done():
-		g.Stop()
+		go g.Stop()
 	}
 	return httpErr
 }

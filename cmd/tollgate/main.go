@@ -43,6 +43,13 @@ func register(c command) {
 }
 
 func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
+	if len(args) > 2 && args[1] == "help" {
+		if slices.ContainsFunc(commands, func(c command) bool { return c.name == args[2] }) {
+			// tollgate help serve: serve's -h, on stdout.
+			return run(ctx, []string{args[0], args[2], "-h"}, getenv, stdout, stdout)
+		}
+		args = []string{args[0], args[2]} // an unknown command
+	}
 	if len(args) < 2 || args[1] == "help" || args[1] == "-h" || args[1] == "--help" {
 		usage(stdout)
 		if len(args) < 2 {

@@ -95,13 +95,10 @@ func parseProxy(args []string, stderr io.Writer) (o *proxyOptions, code int, ok 
 	// The gRPC flag of serve has no use here, but scripts that share flags
 	// between the two should not break on it.
 	fs.String("grpc", "", "ignored (serve's gRPC address)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0, false
-		}
-		return nil, 2, false
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return nil, code, false
 	}
-	if err := o.conns.check(false, false); err != nil {
+	if err := errors.Join(o.conns.check(false, false), o.f.checkEarly()); err != nil {
 		fmt.Fprintf(stderr, "tollgate proxy: %v\n", err)
 		return nil, 2, false
 	}

@@ -147,14 +147,15 @@ func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, c
 		fmt.Fprintf(stderr, "tollgate serve: envoyproxy/ratelimit's environment (see docs/envoy-environment.md): %v\n", err)
 		return nil, 2, false
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0, false
-		}
-		return nil, 2, false
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return nil, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tollgate serve: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2, false
+	}
+	if err := o.f.checkEarly(); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}
 	if err := o.f.extra.check(); err != nil {

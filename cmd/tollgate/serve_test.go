@@ -765,7 +765,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve"}, 2, "--config is required"},
 		{[]string{"serve", "--config", "x.yaml", "--failure-mode", "ajar"}, 2, `--failure-mode "ajar"`},
 		{[]string{"serve", "--config", "x.yaml", "--log-interval", "-1s"}, 2, `--log-interval -1s`},
-		{[]string{"serve", "--config", "../../internal/service/config/testdata/envoy", "--redis", "http://x"}, 1, `redis URL scheme "http"`},
+		{[]string{"serve", "--config", "../../internal/service/config/testdata/envoy", "--redis", "http://x"}, 2, `--redis: redis URL scheme "http"`},
 		{[]string{"serve", "--config", "/nonexistent/rules.yaml"}, 1, "no such file"},
 		{[]string{"serve", "--config", "x.yaml", "--compat", "lyft"}, 2, `--compat "lyft"`},
 		{[]string{"serve", "--config", "x.yaml", "--rules-max-files", "0"}, 2, `--rules-max-files 0`},

@@ -55,7 +55,7 @@ func (f *serveFlags) setup(getenv env, stderr io.Writer) (*service.Server, *slog
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if target.tls, err = f.redisTLS.options(target.url, log); err != nil {
+	if target.tls, err = f.redisTLS.options(target.url, log, f.logInterval); err != nil {
 		return nil, nil, nil, err
 	}
 	tuneGC(getenv, target.url == "", log)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,7 +59,15 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 	}
 	limit, err := f.limit()
 	if err != nil {
-		fmt.Fprintln(stderr, "tollgate simulate:", err)
+		fmt.Fprintln(stderr, "tollgate simulate:", limitError(err))
+		return 2
+	}
+	if f.lburst == 0 && f.maxDelay > 0 {
+		f.lburst = 1
+	}
+	cfg := sim.Config{Limit: limit, MaxDelay: f.maxDelay, LeakyBurst: f.lburst}
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintln(stderr, "tollgate simulate:", limitError(err))
 		return 2
 	}
 	if f.csvFile == "" {
@@ -67,10 +76,6 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 			return 2
 		}
 	}
-	if f.lburst == 0 && f.maxDelay > 0 {
-		f.lburst = 1
-	}
-	cfg := sim.Config{Limit: limit, MaxDelay: f.maxDelay, LeakyBurst: f.lburst}
 	if f.withRdb {
 		r, err := lab.Connect(ctx, getenv("REDIS_URL"), stderr)
 		if err != nil {
@@ -92,6 +97,17 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 	return 0
 }
 
+// limitError is the text of an error about a limit: from "invalid limit"
+// on, for an invalid one, without the names of the packages that passed
+// it up (sim: tollgate: invalid limit: …), as the rules loader shows it.
+func limitError(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "invalid limit: "); i >= 0 && errors.Is(err, tollgate.ErrInvalidLimit) {
+		return msg[i:]
+	}
+	return msg
+}
+
 // parseSimulate parses simulate's arguments. When it reports false,
 // simulate exits with code at once (0 for --help).
 func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok bool) {
@@ -99,15 +115,15 @@ func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok b
 	fs.SetOutput(stderr)
 	f = new(simFlags)
 	fs.StringVar(&f.pattern, "pattern", "all", "traffic: "+strings.Join(sim.Patterns, ", ")+", or all")
-	fs.StringVar(&f.csvFile, "csv", "", "traffic from a CSV file of request times (seconds or RFC 3339, first field) instead of -pattern; also suggests a limit")
+	fs.StringVar(&f.csvFile, "csv", "", "traffic from a CSV file of request times (seconds or RFC 3339, first field; at most 100 years apart) instead of -pattern; also suggests a limit")
 	fs.IntVar(&f.rate, "rate", 10, "the limit: requests per period (with -csv, default: the suggested rate)")
 	fs.DurationVar(&f.period, "period", time.Second, "the limit's period")
 	fs.IntVar(&f.burst, "burst", 0, "the bucket algorithms' burst (default: the rate)")
 	fs.DurationVar(&f.maxDelay, "max-delay", -1, "the leaky bucket shapes, delaying requests up to this (default: the period); 0 makes it police")
 	fs.IntVar(&f.lburst, "leaky-burst", 0, "the leaky bucket's burst (default: 1 when it shapes, so what leaves is evenly spaced; the burst when it polices)")
-	fs.DurationVar(&f.span, "duration", 0, "how long a pattern lasts (default: 20 periods)")
+	fs.DurationVar(&f.span, "duration", 0, "how long a pattern lasts (default: 20 periods); a pattern holds at most 5,000,000 requests")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the bursty pattern's random arrivals")
-	fs.DurationVar(&f.bin, "bin", 0, "the chart's bin (default: a tenth of the period)")
+	fs.DurationVar(&f.bin, "bin", 0, "the chart's bin (default: a tenth of the period, or a longer round one for traffic too long to chart so)")
 	fs.StringVar(&f.out, "out", "", "write <traffic>.md (the table) and <traffic>.svg (the chart) into this directory")
 	fs.BoolVar(&f.withRdb, "redis", false, "replay every decision through Redis too (REDIS_URL, or a throwaway redis-server): check it decides as memory does and measure its state with MEMORY USAGE")
 	fs.Usage = func() {
@@ -118,11 +134,8 @@ func parseSimulate(args []string, stderr io.Writer) (f *simFlags, code int, ok b
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil, 0, false
-		}
-		return nil, 2, false
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return nil, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tollgate simulate: unexpected arguments %q\n", fs.Args())
@@ -219,14 +232,14 @@ func (f *simFlags) report(ctx context.Context, stdout io.Writer, blank bool, tr 
 	if f.out == "" {
 		return nil
 	}
+	// The table first: a chart that cannot be drawn (-bin too fine) does
+	// not cost it.
+	if err := os.WriteFile(filepath.Join(f.out, tr.Name+".md"), table.Bytes(), 0o644); err != nil {
+		return err
+	}
 	var chart bytes.Buffer
 	if err := sim.WriteSVG(&chart, rep, f.bin); err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{tr.Name + ".md": table.Bytes(), tr.Name + ".svg": chart.Bytes()} {
-		if err := os.WriteFile(filepath.Join(f.out, name), data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return os.WriteFile(filepath.Join(f.out, tr.Name+".svg"), chart.Bytes(), 0o644)
 }

@@ -1,17 +1,20 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -31,8 +34,15 @@ import (
 // the new certificate serves from that connection on. Connections already
 // open keep the certificate they started with. A renewal caught half-way
 // (a new certificate beside the old key) does not load: the old files'
-// contents keep serving, one warning is logged, and the next change is
-// tried again. No signal is needed, and none is missed.
+// contents keep serving, a warning is logged (at most one per
+// --log-interval), and the next change is tried again. No signal is
+// needed, and none is missed.
+//
+// The files are read as the rules are: regular files only (a FIFO would
+// block its reader for ever, /dev/zero never ends), at most
+// tlsMaxFileBytes each, and outside the handshake: a handshake that finds
+// the files changed waits at most tlsReadWait for them to be read, then
+// goes on with the certificate it has.
 
 // listenerTLS is the TLS of one listener, from its flags.
 type listenerTLS struct {
@@ -69,7 +79,7 @@ func (l *listenerTLS) check() error {
 // config returns the listener's server configuration, nil when it serves
 // plain text. The files are read now, so a bad one stops the start; later
 // changes are read by new connections (see above).
-func (l *listenerTLS) config(nextProtos []string, log *slog.Logger) (*tls.Config, error) {
+func (l *listenerTLS) config(nextProtos []string, log *slog.Logger, logEvery time.Duration) (*tls.Config, error) {
 	if err := l.check(); err != nil {
 		return nil, err
 	}
@@ -80,7 +90,7 @@ func (l *listenerTLS) config(nextProtos []string, log *slog.Logger) (*tls.Config
 	if l.clientCA != "" {
 		files = append(files, l.clientCA)
 	}
-	r, err := newReloader(l.name+" TLS", files, func() (*tls.Config, error) { return l.load(nextProtos) }, log)
+	r, err := newReloader(l.name+" TLS", files, func() (*tls.Config, error) { return l.load(nextProtos) }, log, logEvery)
 	if err != nil {
 		return nil, err
 	}
@@ -96,11 +106,9 @@ func (l *listenerTLS) config(nextProtos []string, log *slog.Logger) (*tls.Config
 // load reads the listener's files into a complete server configuration.
 func (l *listenerTLS) load(nextProtos []string) (*tls.Config, error) {
 	n := "--" + l.name + "-tls-"
-	// crypto/tls's errors name what is wrong with a file, never its
-	// content.
-	cert, err := tls.LoadX509KeyPair(l.cert, l.key)
+	cert, err := loadKeyPair(n+"cert", l.cert, n+"key", l.key)
 	if err != nil {
-		return nil, fmt.Errorf("%scert %s, %skey %s: %w", n, l.cert, n, l.key, err)
+		return nil, err
 	}
 	c := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
@@ -152,11 +160,82 @@ func hasSAN(cert *x509.Certificate, san string) bool {
 	return slices.Contains(cert.EmailAddresses, san)
 }
 
-// loadPool reads the PEM certificates of file into a pool.
-func loadPool(flagName, file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
+// loadKeyPair reads a certificate chain and its key, each with
+// readTLSFile. crypto/tls's errors name what is wrong with a file, never
+// its content.
+func loadKeyPair(certFlag, certFile, keyFlag, keyFile string) (tls.Certificate, error) {
+	c, err := readTLSFile(certFlag, certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	k, err := readTLSFile(keyFlag, keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	cert, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s %s, %s %s: %w", certFlag, certFile, keyFlag, keyFile, err)
+	}
+	return cert, nil
+}
+
+// tlsMaxFileBytes bounds each TLS file: a certificate chain and its key
+// take a few kilobytes, and a CA bundle of 1 MiB holds several hundred
+// CAs (the system's whole bundle is about 200 KiB).
+const tlsMaxFileBytes = 1 << 20
+
+// readTLSFile reads one TLS file as the rules loader reads rules files:
+// a regular file (or a symbolic link to one) of at most tlsMaxFileBytes.
+// It opens without blocking, so that a FIFO put in the file's place
+// cannot hold its reader until a writer comes, then checks what it opened:
+// no FIFO, device (/dev/zero), socket or directory is read. Errors name the
+// flag and the file, never the content.
+func readTLSFile(flagName, path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flagName, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flagName, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s %s: %s, not a regular file", flagName, path, fileKind(fi.Mode()))
+	}
+	if fi.Size() > tlsMaxFileBytes {
+		return nil, fmt.Errorf("%s %s: larger than the limit of %d bytes", flagName, path, tlsMaxFileBytes)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, tlsMaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flagName, path, err)
+	}
+	if len(b) > tlsMaxFileBytes {
+		return nil, fmt.Errorf("%s %s: larger than the limit of %d bytes", flagName, path, tlsMaxFileBytes)
+	}
+	return b, nil
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "a special file"
+}
+
+// loadPool reads the PEM certificates of file into a pool.
+func loadPool(flagName, file string) (*x509.CertPool, error) {
+	b, err := readTLSFile(flagName, file)
+	if err != nil {
+		return nil, err
 	}
 	p := x509.NewCertPool()
 	if !p.AppendCertsFromPEM(b) {
@@ -198,10 +277,10 @@ func (t *tlsFlags) build(log *slog.Logger, logEvery time.Duration) (serveTLS, er
 	var err error
 	// gRPC needs HTTP/2, and grpc-go's clients require the server to say
 	// so (ALPN).
-	if s.grpc, err = t.grpc.config([]string{"h2"}, log); err != nil {
+	if s.grpc, err = t.grpc.config([]string{"h2"}, log, logEvery); err != nil {
 		return serveTLS{}, err
 	}
-	if s.http, err = t.http.config([]string{"h2", "http/1.1"}, log); err != nil {
+	if s.http, err = t.http.config([]string{"h2", "http/1.1"}, log, logEvery); err != nil {
 		return serveTLS{}, err
 	}
 	for _, l := range []struct {
@@ -294,8 +373,9 @@ func (r *redisTLSFlags) set() bool {
 }
 
 // options returns the Redis client's TLS option for url, none when no
-// flag is given. Its errors start with the flag at fault.
-func (r *redisTLSFlags) options(url string, log *slog.Logger) ([]redisurl.Option, error) {
+// flag is given. Its errors start with the flag at fault. Files that fail
+// to load again are logged at most once per logEvery.
+func (r *redisTLSFlags) options(url string, log *slog.Logger, logEvery time.Duration) ([]redisurl.Option, error) {
 	if !r.set() {
 		return nil, nil
 	}
@@ -328,7 +408,7 @@ func (r *redisTLSFlags) options(url string, log *slog.Logger) ([]redisurl.Option
 	if len(files) == 0 {
 		return []redisurl.Option{redisurl.WithTLS(t)}, nil
 	}
-	rl, err := newReloader("redis TLS", files, r.load, log)
+	rl, err := newReloader("redis TLS", files, r.load, log, logEvery)
 	if err != nil {
 		return nil, err
 	}
@@ -350,9 +430,9 @@ type redisTLSFiles struct {
 func (r *redisTLSFlags) load() (redisTLSFiles, error) {
 	var f redisTLSFiles
 	if r.cert != "" {
-		c, err := tls.LoadX509KeyPair(r.cert, r.key)
+		c, err := loadKeyPair("--redis-tls-cert", r.cert, "--redis-tls-key", r.key)
 		if err != nil {
-			return redisTLSFiles{}, fmt.Errorf("--redis-tls-cert %s, --redis-tls-key %s: %w", r.cert, r.key, err)
+			return redisTLSFiles{}, err
 		}
 		f.cert = &c
 	}
@@ -367,18 +447,35 @@ func (r *redisTLSFlags) load() (redisTLSFiles, error) {
 }
 
 // reloader holds what a set of files says and reads the files again when
-// they change: on get, at most once per change.
+// they change: on get, at most once per change, outside the caller.
 type reloader[T any] struct {
-	what  string // for the log: "grpc TLS", "redis TLS"
-	files []string
-	load  func() (T, error)
-	log   *slog.Logger
+	what   string // for the log: "grpc TLS", "redis TLS"
+	files  []string
+	load   func() (T, error)
+	log    *slog.Logger
+	sample engine.Sampler // the failures' log lines
+	wait   time.Duration  // how long get waits for a read (tlsReadWait)
 
 	mu     sync.Mutex
 	cur    T
 	stamps []fileStamp // of the files cur was read from
 	tried  []fileStamp // of the last files that failed to load
+	read   *fileRead   // the read under way, nil when none
 }
+
+// fileRead is one read of a reloader's files, in the background.
+type fileRead struct {
+	stamps []fileStamp // what the files were when it started
+	start  time.Time
+	done   chan struct{} // closed when it has ended
+}
+
+// tlsReadWait is how long a new connection that finds the TLS files
+// changed waits for them to be read before it goes on with the
+// certificate that served until then. Reading a few kilobytes from a
+// local disk takes well under a millisecond; a file system that hangs
+// delays new connections by this much once, not for ever.
+const tlsReadWait = time.Second
 
 // fileStamp is what a stat says of a file: enough to see it replaced
 // (renamed over, or a symbolic link switched, as Kubernetes updates a
@@ -398,9 +495,10 @@ func sameStamps(a, b []fileStamp) bool {
 	return slices.EqualFunc(a, b, fileStamp.same)
 }
 
-// newReloader loads the files once; its error stops the start.
-func newReloader[T any](what string, files []string, load func() (T, error), log *slog.Logger) (*reloader[T], error) {
-	r := &reloader[T]{what: what, files: files, load: load, log: log}
+// newReloader loads the files once; its error stops the start. Failed
+// reloads are logged at most once per logEvery.
+func newReloader[T any](what string, files []string, load func() (T, error), log *slog.Logger, logEvery time.Duration) (*reloader[T], error) {
+	r := &reloader[T]{what: what, files: files, load: load, log: log, sample: engine.Sampler{Every: logEvery}, wait: tlsReadWait}
 	r.stamps = r.stat()
 	v, err := load()
 	if err != nil {
@@ -410,6 +508,8 @@ func newReloader[T any](what string, files []string, load func() (T, error), log
 	return r, nil
 }
 
+// stat stats the files. A stat never blocks on what a file is (a FIFO, a
+// device): only reading does.
 func (r *reloader[T]) stat() []fileStamp {
 	s := make([]fileStamp, len(r.files))
 	for i, f := range r.files {
@@ -420,26 +520,71 @@ func (r *reloader[T]) stat() []fileStamp {
 	return s
 }
 
-// get returns the files' current contents, reading them again first when
-// they changed since the last read. A read that fails keeps what served
-// before and is logged once; the same files are not read again until one
-// of them changes.
+// get returns the files' current contents. When they changed since the
+// last read, it starts a read in the background (one at a time) and
+// waits for it up to r.wait from that read's start, so that the first
+// connection after a renewal gets the new certificate; past that, it
+// returns what served before. A read that fails keeps what served before
+// and is logged; the same files are not read again until one of them
+// changes. A read that has not ended after r.wait gives way to a new one
+// when the files change again.
 func (r *reloader[T]) get() T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	now := r.stat()
+	r.mu.Lock()
 	if sameStamps(now, r.stamps) || sameStamps(now, r.tried) {
+		defer r.mu.Unlock()
 		return r.cur
 	}
+	rd := r.read
+	if rd == nil || (!sameStamps(now, rd.stamps) && time.Since(rd.start) > r.wait) {
+		rd = &fileRead{stamps: now, start: time.Now(), done: make(chan struct{})}
+		r.read = rd
+		go r.reload(rd)
+	}
+	r.mu.Unlock()
+	if left := r.wait - time.Since(rd.start); left > 0 {
+		t := time.NewTimer(left)
+		select {
+		case <-rd.done:
+		case <-t.C:
+			r.warn("the changed TLS files are not read yet; the previous certificates keep serving",
+				slog.String("waited", r.wait.String()), slog.String("files", strings.Join(r.files, ",")))
+		}
+		t.Stop()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+// reload reads the files for rd and, unless a newer read took its place,
+// makes what it read current.
+func (r *reloader[T]) reload(rd *fileRead) {
+	defer close(rd.done)
 	v, err := r.load()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.read != rd {
+		return // given up on: a newer read decides
+	}
+	r.read = nil
 	// The stat taken before the read: a change during the read shows at
 	// the next handshake and is read then.
 	if err != nil {
-		r.tried = now
-		r.log.Warn("the changed TLS files do not load; the previous certificates keep serving", "what", r.what, "error", err.Error())
-		return r.cur
+		r.tried = rd.stamps
+		r.warn("the changed TLS files do not load; the previous certificates keep serving", slog.String("error", err.Error()))
+		return
 	}
-	r.cur, r.stamps, r.tried = v, now, nil
+	r.cur, r.stamps, r.tried = v, rd.stamps, nil
 	r.log.Info("TLS files reloaded", "what", r.what, "files", strings.Join(r.files, ","))
-	return r.cur
+}
+
+// warn logs a failure to reload, at most once per r.sample's interval.
+func (r *reloader[T]) warn(msg string, attrs ...slog.Attr) {
+	ok, skipped := r.sample.Allow(time.Now())
+	if !ok {
+		return
+	}
+	attrs = append([]slog.Attr{slog.String("what", r.what)}, append(attrs, engine.Skipped(skipped))...)
+	r.log.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
 }

@@ -661,7 +661,7 @@ func TestRedisTLSKinds(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/skip=%v", tc.url, tc.skipName), func(t *testing.T) {
 			f := redisTLSFlags{cert: cert, key: key, ca: caFile, skipHostname: tc.skipName}
-			opts, err := f.options(tc.url, log)
+			opts, err := f.options(tc.url, log, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

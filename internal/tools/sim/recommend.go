@@ -51,13 +51,16 @@ func Recommend(tr Traffic) (Recommendation, error) {
 	if len(tr.Times) == 0 {
 		return rec, fmt.Errorf("sim: recommend: %s has no requests", tr.Name)
 	}
-	perSecond := histogram(tr.Times, time.Second, int(tr.Span/time.Second)+1)
-	slices.Sort(perSecond)
-	q := func(p float64) int { // nearest rank
-		i := int(math.Ceil(p*float64(len(perSecond)))) - 1
-		return perSecond[max(i, 0)]
+	seconds := int64((tr.Span + time.Second - 1) / time.Second) // up to 3e9: int64 on 32-bit platforms too
+	busy := busySeconds(tr.Times)
+	q := func(p float64) int { // nearest rank, over every second
+		i := max(int64(math.Ceil(p*float64(seconds)))-1, 0) - (seconds - int64(len(busy)))
+		if i < 0 {
+			return 0 // an idle second
+		}
+		return busy[i]
 	}
-	rec.P50, rec.P95, rec.P99, rec.Max = q(0.50), q(0.95), q(0.99), perSecond[len(perSecond)-1]
+	rec.P50, rec.P95, rec.P99, rec.Max = q(0.50), q(0.95), q(0.99), busy[len(busy)-1]
 
 	rate := max(1, int(math.Ceil(float64(rec.P99)*rateMargin)))
 	for s := minBurstS; s <= maxBurstS; s++ {
@@ -73,6 +76,22 @@ func Recommend(tr Traffic) (Recommendation, error) {
 		}
 	}
 	return rec, nil
+}
+
+// busySeconds returns the count of requests in each second that has any,
+// sorted: as many counts as requests at most, however long the traffic.
+// times must be sorted.
+func busySeconds(times []time.Duration) []int {
+	var counts []int
+	for i := 0; i < len(times); {
+		s, n := times[i]/time.Second, 0
+		for ; i < len(times) && times[i]/time.Second == s; i++ {
+			n++
+		}
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	return counts
 }
 
 // admittedShare simulates tr through a token bucket of l.

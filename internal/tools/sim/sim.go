@@ -107,18 +107,11 @@ func Run(ctx context.Context, tr Traffic, cfg Config) (Report, error) {
 	if !slices.IsSorted(tr.Times) || tr.Times[0] < 0 {
 		return rep, fmt.Errorf("sim: %s: request times must be sorted and not negative", tr.Name)
 	}
-	for _, a := range tollgate.Algorithms() {
-		l := cfg.Limit
-		l.Algorithm, l.MaxDelay = a, 0
-		if a == tollgate.LeakyBucket {
-			l.MaxDelay = cfg.MaxDelay
-			if cfg.LeakyBurst > 0 {
-				l.Burst = cfg.LeakyBurst
-			}
-		}
-		if err := l.Validate(); err != nil {
-			return rep, fmt.Errorf("sim: %w", err)
-		}
+	limits, err := cfg.limits()
+	if err != nil {
+		return rep, err
+	}
+	for _, l := range limits {
 		res, err := run(ctx, tr, l, cfg.Redis)
 		if err != nil {
 			return rep, err
@@ -135,6 +128,35 @@ func Run(ctx context.Context, tr Traffic, cfg Config) (Report, error) {
 		rep.Results[i].LogAdmitted = log
 	}
 	return rep, nil
+}
+
+// Check reports whether every algorithm can run under cfg: the error of
+// the first limit that does not validate (errors.Is
+// tollgate.ErrInvalidLimit).
+func (cfg Config) Check() error {
+	_, err := cfg.limits()
+	return err
+}
+
+// limits returns the limit each algorithm runs with under cfg, in
+// tollgate.Algorithms order.
+func (cfg Config) limits() ([]tollgate.Limit, error) {
+	var limits []tollgate.Limit
+	for _, a := range tollgate.Algorithms() {
+		l := cfg.Limit
+		l.Algorithm, l.MaxDelay = a, 0
+		if a == tollgate.LeakyBucket {
+			l.MaxDelay = cfg.MaxDelay
+			if cfg.LeakyBurst > 0 {
+				l.Burst = cfg.LeakyBurst
+			}
+		}
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		limits = append(limits, l)
+	}
+	return limits, nil
 }
 
 func run(ctx context.Context, tr Traffic, l tollgate.Limit, rdb redis.UniversalClient) (Result, error) {

@@ -6,8 +6,12 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
+	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -322,6 +326,9 @@ func TestReadCSV(t *testing.T) {
 		{"negative later", "1\n-1\n", nil, "line 2"},
 		{"empty", "", nil, "holds no request times"},
 		{"only a header", "time\n", nil, "holds no request times"},
+		{"99 years", "0\n3124137600\n", []time.Duration{0, 3124137600 * time.Second}, ""},
+		{"over 100 years", "0\n3155760001\n", nil, "spans more than 100 years"},
+		{"past what a duration holds", "1\n10000000000\n", nil, "spans more than 100 years"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -340,6 +347,57 @@ func TestReadCSV(t *testing.T) {
 			}
 			checkTimes(t, tr)
 		})
+	}
+}
+
+// TestRecommendLongSpan suggests a limit for four requests over a year,
+// and over 99 years (more seconds than a 32-bit int counts): the
+// percentiles count every idle second, yet memory follows the requests,
+// not the seconds (a count per second of a year is 250 MB). Not parallel,
+// so that the memory measured is its own.
+func TestRecommendLongSpan(t *testing.T) {
+	const year = 365 * 24 * time.Hour
+	for _, span := range []time.Duration{year, 99 * year} {
+		tr := Traffic{Name: "long", Times: []time.Duration{0, span / 2, span / 2, span}, Span: span + time.Microsecond}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		rec, err := Recommend(tr)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.P50 != 0 || rec.P99 != 0 || rec.Max != 2 || rec.Limit.Rate != 1 {
+			t.Errorf("%v: p50 %d, p99 %d, max %d, rate %d; want 0, 0, 2, 1", span, rec.P50, rec.P99, rec.Max, rec.Limit.Rate)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+			t.Errorf("%v: Recommend allocated %d bytes for %d requests", span, got, len(tr.Times))
+		}
+	}
+}
+
+// TestRecommendPercentiles checks Recommend's requests per second against
+// the counts of every second of random traffic, idle seconds included.
+func TestRecommendPercentiles(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		seconds := 1 + rng.IntN(300)
+		tr := Traffic{Span: time.Duration(seconds) * time.Second}
+		for range 1 + rng.IntN(600) {
+			tr.Times = append(tr.Times, time.Duration(rng.Int64N(int64(tr.Span))))
+		}
+		slices.Sort(tr.Times)
+		all := histogram(tr.Times, time.Second, seconds)
+		slices.Sort(all)
+		q := func(p float64) int { return all[max(int(math.Ceil(p*float64(seconds)))-1, 0)] }
+		rec, err := Recommend(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []int{rec.P50, rec.P95, rec.P99, rec.Max}
+		if want := []int{q(0.5), q(0.95), q(0.99), all[seconds-1]}; !slices.Equal(got, want) {
+			t.Fatalf("%d requests over %d s: p50, p95, p99, max %v, want %v", len(tr.Times), seconds, got, want)
+		}
 	}
 }
 
@@ -445,6 +503,126 @@ func TestWriteSVG(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "<script>") {
 		t.Error("the description was not escaped")
+	}
+}
+
+// TestWriteSVGLongTraffic draws traffic far longer than the period with
+// the default bin: the bin grows with the span, to a round duration, so
+// the chart always has room for its bars, and its time axis keeps to
+// about ten labels.
+func TestWriteSVGLongTraffic(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		span    time.Duration
+		wantBin string
+	}{
+		{20 * time.Second, "100ms"}, // a tenth of the period, as before
+		{90 * time.Second, "200ms"},
+		{10 * time.Minute, "1s"},
+		{2 * time.Hour, "10s"},
+		{40 * 24 * time.Hour, "2h"},
+	} {
+		t.Run(tc.span.String(), func(t *testing.T) {
+			t.Parallel()
+			// One request every span/500: a few hundred, whatever the span.
+			tr := Traffic{Name: "long", Span: tc.span}
+			for at := time.Duration(0); at < tc.span; at += tc.span / 500 {
+				tr.Times = append(tr.Times, at)
+			}
+			rep, err := Run(context.Background(), tr, Config{Limit: limit10, MaxDelay: time.Second, LeakyBurst: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := WriteSVG(&out, rep, 0); err != nil {
+				t.Fatalf("WriteSVG with the default bin: %v", err)
+			}
+			want := "offered per " + tc.wantBin + "<" // a count per bin, up to the period
+			if d, _ := time.ParseDuration(tc.wantBin); d > time.Second {
+				want = "bars: the mean per 1s of each " + tc.wantBin + ";" // past it, the bin's mean per period
+			}
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the chart's bin is not %s:\n%.600s", tc.wantBin, out.String())
+			}
+			if n := len(ticks(tc.span)); n > 11 {
+				t.Errorf("%d labels on the time axis, want at most 11", n)
+			}
+		})
+	}
+	// A bin asked for explicitly is kept, and refused when too fine.
+	tr := Traffic{Name: "long", Span: 10 * time.Minute, Times: []time.Duration{0, time.Minute}}
+	rep, err := Run(context.Background(), tr, Config{Limit: limit10, MaxDelay: time.Second, LeakyBurst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSVG(io.Discard, rep, 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "use a longer bin") {
+		t.Errorf("WriteSVG with a 100ms bin over 10m: %v, want it refused", err)
+	}
+}
+
+// TestRollingDense draws the line of a day of dense traffic: its path has
+// at most one column of commands per tenth of a pixel, the precision of
+// its coordinates, however many requests there are; and its peak is kept.
+func TestRollingDense(t *testing.T) {
+	t.Parallel()
+	const span = 24 * time.Hour
+	xOf := func(t time.Duration) float64 { return marginLeft + float64(plotW)*float64(t)/float64(span) }
+	yOf := func(n int) float64 { return float64(n) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	times := make([]time.Duration, 300_000)
+	for i := range times {
+		times[i] = time.Duration(rng.Int64N(int64(span)))
+	}
+	// A burst of 500 within a millisecond: the peak of the line.
+	for i := range 500 {
+		times = append(times, 5*time.Hour+time.Duration(i)*time.Microsecond)
+	}
+	slices.Sort(times)
+	peak := 0 // the most in any (t − 1 s, t]
+	for i, j := 0, 0; i < len(times); i++ {
+		for times[j] <= times[i]-time.Second {
+			j++
+		}
+		peak = max(peak, i-j+1)
+	}
+	got := rolling(times, time.Second, span, xOf, yOf)
+	// Each tenth of a pixel: H and at most three V, of at most 6 bytes each.
+	if limit := (10*plotW + 1) * 4 * 6; len(got) > limit {
+		t.Errorf("path of %d bytes for %d requests, want at most %d", len(got), len(times), limit)
+	}
+	top := 0.0
+	for _, m := range regexp.MustCompile(`V([0-9.]+)`).FindAllStringSubmatch(got, -1) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		top = max(top, v)
+	}
+	if top != yOf(peak) {
+		t.Errorf("the path peaks at %v, want %d", top, peak)
+	}
+}
+
+// TestPatternBound: a pattern that would hold more than 5,000,000
+// requests (1.5 × rate × span ÷ period, the most of the four) is refused
+// before it is made, whichever it is.
+func TestPatternBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		l    tollgate.Limit
+		span time.Duration
+		ok   bool
+	}{
+		{tollgate.Limit{Rate: 10_000, Period: time.Second}, 20 * time.Second, true},                  // steady: 300,000
+		{tollgate.Limit{Rate: 166_667, Period: time.Second}, 20 * time.Second, false},                // 5,000,010
+		{tollgate.Limit{Rate: 4_000_000, Period: 365 * 24 * time.Hour}, 365 * 24 * time.Hour, false}, // 6,000,000
+	} {
+		for _, name := range Patterns {
+			tr, err := Pattern(name, tc.l, tc.span, 1)
+			if tc.ok != (err == nil) || len(tr.Times) > 5_000_000 {
+				t.Errorf("%s, %d per %v over %v: %d requests, error %v", name, tc.l.Rate, tc.l.Period, tc.span, len(tr.Times), err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "at most 5000000 requests") {
+				t.Errorf("%s: error %v does not state the bound", name, err)
+			}
+		}
 	}
 }
 

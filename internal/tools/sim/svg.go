@@ -44,16 +44,16 @@ var colors = map[tollgate.Algorithm]string{
 // leaky bucket's when they leave its queue) per bin of time, and a line of
 // how many were admitted in the last period — what the limit promises to
 // keep at or below its rate (dashed). The line's peak is the table's "most
-// in any period". A bin of 0 means a tenth of the period. Every panel has
-// the same scales, so the panels compare at a glance.
+// in any period". A bin of 0 means a tenth of the period, or for traffic
+// too long for that (over 896 tenths of a period) the shortest round
+// duration (1, 2 or 5 × a power of ten, then seconds, minutes, hours and
+// days) that gives each bar a pixel of its own. A bin asked for may give
+// up to two bars a pixel. A bar of a bin longer than the period shows the
+// bin's mean per period rather than its count, so that bars, line and
+// limit share one scale. Every panel has the same scales, so the panels
+// compare at a glance.
 func WriteSVG(w io.Writer, rep Report, bin time.Duration) error {
 	l := rep.Config.Limit
-	if bin <= 0 {
-		bin = l.Period / 10
-	}
-	if bin <= 0 {
-		return fmt.Errorf("sim: chart: bin must be positive, got %v", bin)
-	}
 	tr := rep.Traffic
 	span := tr.Span
 	for _, r := range rep.Results {
@@ -61,15 +61,16 @@ func WriteSVG(w io.Writer, rep Report, bin time.Duration) error {
 			span = r.Leaves[n-1] + time.Microsecond
 		}
 	}
-	bins := int((span + bin - 1) / bin)
-	if bins > 2*plotW {
-		return fmt.Errorf("sim: chart: %v in bins of %v is %d bins, more than the chart's %d pixels can show; use a longer bin", span, bin, bins, plotW)
+	bin, per, bins, err := chartBins(l.Period, span, bin)
+	if err != nil {
+		return err
 	}
 	span = time.Duration(bins) * bin // the chart ends on a bin's edge
+	scale := float64(per) / float64(bin)
 	offered := histogram(tr.Times, bin, bins)
 	top := l.Rate
 	for _, c := range offered {
-		top = max(top, c)
+		top = max(top, int(math.Ceil(float64(c)*scale)))
 	}
 	for _, r := range rep.Results {
 		top = max(top, r.MaxInPeriod)
@@ -84,18 +85,20 @@ func WriteSVG(w io.Writer, rep Report, bin time.Duration) error {
 		PlotW:  plotW,
 		PlotH:  plotH,
 		Title:  fmt.Sprintf("%s: %s", tr.Name, tr.Description),
-		Subtitle: fmt.Sprintf("Limit: %s. %d requests over %s; every panel on the same scale.",
-			limitText(rep.Config), len(tr.Times), short(span)),
+		Subtitle: fmt.Sprintf("Limit: %s. %d requests over %s; %severy panel on the same scale.",
+			limitText(rep.Config), len(tr.Times), short(span), meanText(per, bin)),
 		Top:      strconv.Itoa(top),
 		Rate:     strconv.Itoa(l.Rate),
-		BinText:  short(bin),
+		BinText:  short(per),
 		LastText: short(l.Period),
 		Limit:    fmt.Sprintf("%d per %s", l.Rate, short(l.Period)),
 	}
 	xOf := func(t time.Duration) float64 { return marginLeft + float64(plotW)*float64(t)/float64(span) }
 	yOf := func(v int) float64 { return plotH * (1 - float64(v)/float64(top)) }
-	for _, t := range ticks(span) {
-		c.Ticks = append(c.Ticks, tick{X: px(xOf(t)), Label: short(t)})
+	hOf := func(n int) float64 { return plotH * (1 - float64(n)*scale/float64(top)) } // a bar's top
+	ts := ticks(span)
+	for _, t := range ts {
+		c.Ticks = append(c.Ticks, tick{X: px(xOf(t)), Label: tickText(t, ts)})
 	}
 	y := float64(headerH)
 	for _, r := range rep.Results {
@@ -111,8 +114,8 @@ func WriteSVG(w io.Writer, rep Report, bin time.Duration) error {
 		if r.MaxDelay > 0 {
 			p.Stats += fmt.Sprintf(" · waits ≤ %s", short(r.MaxDelay.Round(time.Millisecond)))
 		}
-		p.Offered = bars(offered, bin, xOf, yOf)
-		p.Admitted = bars(histogram(r.Leaves, bin, bins), bin, xOf, yOf)
+		p.Offered = bars(offered, bin, xOf, hOf)
+		p.Admitted = bars(histogram(r.Leaves, bin, bins), bin, xOf, hOf)
 		p.Window = rolling(r.Leaves, l.Period, span, xOf, yOf)
 		c.Panels = append(c.Panels, p)
 		y += panelTitleH + plotH + panelGap
@@ -123,7 +126,7 @@ func WriteSVG(w io.Writer, rep Report, bin time.Duration) error {
 	if err := chartTemplate.Execute(&buf, c); err != nil {
 		return fmt.Errorf("sim: chart: %w", err)
 	}
-	_, err := w.Write(buf.Bytes())
+	_, err = w.Write(buf.Bytes())
 	return err
 }
 
@@ -141,6 +144,67 @@ type tick struct{ X, Label string }
 type panel struct {
 	Y, PlotY, Color, Name, Stats, LimitY string
 	Offered, Admitted, Window            string // SVG path data
+}
+
+// chartBins returns the chart's bin (bin, or when 0 defaultBin's), how
+// many of them span takes, and what a bar counts per: the bin, or the
+// period when the bin is longer, the bar then showing the bin's mean per
+// period so that it compares with the line and the limit.
+func chartBins(period, span, bin time.Duration) (_, per time.Duration, bins int, _ error) {
+	if bin <= 0 {
+		bin = defaultBin(period, span)
+	}
+	if bin <= 0 {
+		return 0, 0, 0, fmt.Errorf("sim: chart: bin must be positive, got %v", bin)
+	}
+	bins = int((span + bin - 1) / bin)
+	if bins > 2*plotW {
+		return 0, 0, 0, fmt.Errorf("sim: chart: %v in bins of %v is %d bins, more than the chart's %d pixels can show at two a pixel; use a longer bin", span, bin, bins, plotW)
+	}
+	return bin, min(bin, period), bins, nil
+}
+
+// meanText says, for the subtitle, what a bar shows when it is a mean.
+func meanText(per, bin time.Duration) string {
+	if per == bin {
+		return ""
+	}
+	return fmt.Sprintf("bars: the mean per %s of each %s; ", short(per), short(bin))
+}
+
+// defaultBin is the chart's bin when none is asked for: a tenth of the
+// period, unless that makes more bars than the plot has pixels; then the
+// shortest round duration that does not.
+func defaultBin(period, span time.Duration) time.Duration {
+	bin := period / 10
+	least := (span + plotW - 1) / plotW // the shortest bin with a pixel a bar
+	if bin >= least {
+		return bin
+	}
+	for _, s := range roundSteps() {
+		if s >= least {
+			return s
+		}
+	}
+	return (least + 24*time.Hour - 1) / (24 * time.Hour) * (24 * time.Hour) // whole days
+}
+
+// roundSteps are the round durations bins and the time axis's labels
+// take, shortest first: 1, 2 and 5 × a power of ten up to half a second,
+// then whole seconds, minutes, hours and days.
+func roundSteps() []time.Duration {
+	var steps []time.Duration
+	for p := time.Microsecond; p < time.Second; p *= 10 {
+		steps = append(steps, p, 2*p, 5*p)
+	}
+	steps = append(steps,
+		time.Second, 2*time.Second, 5*time.Second, 10*time.Second, 15*time.Second, 30*time.Second,
+		time.Minute, 2*time.Minute, 5*time.Minute, 10*time.Minute, 15*time.Minute, 30*time.Minute,
+		time.Hour, 2*time.Hour, 3*time.Hour, 6*time.Hour, 12*time.Hour)
+	for _, d := range []time.Duration{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000} {
+		steps = append(steps, d*24*time.Hour)
+	}
+	return steps
 }
 
 // histogram counts times per bin.
@@ -171,7 +235,10 @@ func bars(h []int, bin time.Duration, xOf func(time.Duration) float64, yOf func(
 
 // rolling returns the path of the step function "how many of times fall in
 // (t − period, t]" for t from 0 to span: it rises at each time and falls a
-// period later, so it is drawn exactly, not sampled.
+// period later, so it is drawn exactly, not sampled, to the tenth of a
+// pixel its coordinates keep. The changes within one tenth of a pixel are
+// drawn as one vertical stroke over the values they reach, so the path
+// stays small however many requests there are, and its peak is kept.
 func rolling(times []time.Duration, period, span time.Duration, xOf func(time.Duration) float64, yOf func(int) float64) string {
 	type event struct {
 		at time.Duration
@@ -186,11 +253,22 @@ func rolling(times []time.Duration, period, span time.Duration, xOf func(time.Du
 	fmt.Fprintf(&b, "M%s %s", px(xOf(0)), px(yOf(0)))
 	n := 0
 	for i := 0; i < len(events) && events[i].at <= span; {
-		at := events[i].at
-		for ; i < len(events) && events[i].at == at; i++ {
+		x := px(xOf(events[i].at))
+		from, lo, hi := n, math.MaxInt, math.MinInt
+		for ; i < len(events) && events[i].at <= span && px(xOf(events[i].at)) == x; i++ {
 			n += events[i].d
+			if i+1 == len(events) || events[i+1].at != events[i].at {
+				lo, hi = min(lo, n), max(hi, n) // the value held from this time on
+			}
 		}
-		fmt.Fprintf(&b, "H%sV%s", px(xOf(at)), px(yOf(n)))
+		fmt.Fprintf(&b, "H%s", x)
+		if hi > max(from, n) {
+			fmt.Fprintf(&b, "V%s", px(yOf(hi)))
+		}
+		if lo < min(from, n) {
+			fmt.Fprintf(&b, "V%s", px(yOf(lo)))
+		}
+		fmt.Fprintf(&b, "V%s", px(yOf(n)))
 	}
 	fmt.Fprintf(&b, "H%s", px(xOf(span)))
 	return b.String()
@@ -199,17 +277,9 @@ func rolling(times []time.Duration, period, span time.Duration, xOf func(time.Du
 // ticks returns the times to label on the time axis: a round step giving
 // at most about ten labels.
 func ticks(span time.Duration) []time.Duration {
-	steps := []time.Duration{
-		time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,
-		10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
-		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
-		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second,
-		time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
-		time.Hour, 2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
-	}
-	step := steps[len(steps)-1]
-	for _, s := range steps {
-		if span/s <= 10 {
+	step := (span + 10*24*time.Hour - 1) / (10 * 24 * time.Hour) * (24 * time.Hour) // whole days, past the steps
+	for _, s := range roundSteps() {
+		if s >= time.Millisecond && span/s <= 10 {
 			step = s
 			break
 		}
@@ -219,6 +289,16 @@ func ticks(span time.Duration) []time.Duration {
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// tickText labels the tick at t, one of ts: in days when they step by
+// whole days (50d, not 1200h), else as short does.
+func tickText(t time.Duration, ts []time.Duration) string {
+	const day = 24 * time.Hour
+	if len(ts) > 1 && (ts[1]-ts[0])%day == 0 {
+		return strconv.FormatInt(int64(t/day), 10) + "d"
+	}
+	return short(t)
 }
 
 // niceCeil rounds v up to a round number: 1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8

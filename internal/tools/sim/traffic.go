@@ -29,6 +29,10 @@ type Traffic struct {
 	Span time.Duration
 }
 
+// MaxRequests bounds a pattern's requests, and so the memory and the time
+// a simulation takes.
+const MaxRequests = 5_000_000
+
 // Patterns lists the standard patterns' names, in the order Standard
 // returns them.
 var Patterns = []string{"steady", "bursty", "boundary", "ramp"}
@@ -46,9 +50,17 @@ var Patterns = []string{"steady", "bursty", "boundary", "ramp"}
 //     before a window edge and as many in the first tenth after it, at every
 //     other edge — an attack on fixed windows.
 //   - ramp: a rate rising steadily from 0 to 3× the limit.
+//
+// A pattern holds at most MaxRequests requests: Pattern refuses a limit and
+// span for which 1.5 × rate × span ÷ period, the most any of them makes,
+// is more.
 func Pattern(name string, l tollgate.Limit, span time.Duration, seed uint64) (Traffic, error) {
 	if l.Rate < 1 || l.Period <= 0 || span <= 0 {
 		return Traffic{}, fmt.Errorf("sim: pattern %s needs a rate, a period and a span, got %d per %v over %v", name, l.Rate, l.Period, span)
+	}
+	if n := 1.5 * float64(l.Rate) * span.Seconds() / l.Period.Seconds(); n > MaxRequests {
+		return Traffic{}, fmt.Errorf("sim: pattern %s: %d per %v over %v makes up to %.0f requests; a pattern holds at most %d requests",
+			name, l.Rate, short(l.Period), short(span), n, MaxRequests)
 	}
 	r, p := float64(l.Rate), l.Period.Seconds()
 	tr := Traffic{Name: name, Span: span}
@@ -132,12 +144,17 @@ func short(d time.Duration) string {
 	return s
 }
 
+// maxCSVSpan is the longest traffic ReadCSV reads: 100 years (of 365.25
+// days), well within what a time.Duration holds.
+const maxCSVSpan = 36525 * 24 * time.Hour
+
 // ReadCSV reads a client's traffic: one request per line, whose first field
 // is its time, as seconds (a decimal number: a Unix time such as
 // 1764478535.123456, or an offset such as 0.25) or as RFC 3339 text
 // (2026-01-02T15:04:05.123Z). Other fields are ignored; so are blank lines,
 // lines starting with '#', and a header line before the first time. Times
-// are kept to the µs, sorted, and made relative to the earliest.
+// are kept to the µs, sorted, and made relative to the earliest; the
+// latest may come at most maxCSVSpan after it.
 func ReadCSV(r io.Reader, name string) (Traffic, error) {
 	cr := csv.NewReader(bufio.NewReader(r))
 	cr.FieldsPerRecord = -1
@@ -166,6 +183,9 @@ func ReadCSV(r io.Reader, name string) (Traffic, error) {
 		return Traffic{}, fmt.Errorf("sim: %s holds no request times", name)
 	}
 	slices.Sort(abs)
+	if abs[len(abs)-1]-abs[0] > maxCSVSpan.Microseconds() {
+		return Traffic{}, fmt.Errorf("sim: %s spans more than 100 years", name)
+	}
 	tr := Traffic{Name: name, Times: make([]time.Duration, len(abs))}
 	for i, us := range abs {
 		tr.Times[i] = time.Duration(us-abs[0]) * time.Microsecond
