@@ -151,9 +151,24 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 	}), nil
 }
 
+// The headers Caddy's forward_auth and Traefik's ForwardAuth set on every
+// request they ask about, replacing the client's.
+const (
+	forwardAuthURIHeader    = "X-Forwarded-Uri"
+	forwardAuthMethodHeader = "X-Forwarded-Method"
+)
+
 // original returns the original request's target and method from the
 // configured headers, or why they cannot be read.
+//
+// A request that carries both of forward auth's headers while others are
+// configured came through Caddy or Traefik, which pass the client's own
+// headers through: the configured ones may be the client's, choosing the
+// path it is counted by, so it is refused.
 func (h *httpRules) original(r *http.Request) (uri, method, msg string) {
+	if h.uriHeader != forwardAuthURIHeader && len(r.Header[forwardAuthURIHeader]) > 0 && len(r.Header[forwardAuthMethodHeader]) > 0 {
+		return "", "", fmt.Sprintf("the request carries %s and %s, as forward auth in Caddy or Traefik sends it, and %s could be the client's own: refused", forwardAuthURIHeader, forwardAuthMethodHeader, h.uriHeader)
+	}
 	u, m := r.Header[h.uriHeader], r.Header[h.methHeader]
 	if len(u) != 1 || u[0] == "" || len(m) != 1 || m[0] == "" {
 		return "", "", fmt.Sprintf("want exactly one %s and one %s header, set by the proxy: got %d and %d", h.uriHeader, h.methHeader, len(u), len(m))

@@ -102,7 +102,10 @@ type HTTPRules struct {
 	// behind Traefik or Caddy forward-auth. Only these are read, never a
 	// fallback: a proxy passes the client's own headers through, and a
 	// client must not pick the path it is counted by. The proxy must set
-	// them on every request, replacing any the client sent.
+	// them on every request, replacing any the client sent. With other
+	// headers configured, a request carrying both X-Forwarded-Uri and
+	// X-Forwarded-Method came through forward auth, and is refused: there
+	// the configured ones would be the client's.
 	URIHeader, MethodHeader string
 }
 
