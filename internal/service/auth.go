@@ -167,13 +167,22 @@ const (
 // path it is counted by, so it is refused.
 func (h *httpRules) original(r *http.Request) (uri, method, msg string) {
 	if h.uriHeader != forwardAuthURIHeader && len(r.Header[forwardAuthURIHeader]) > 0 && len(r.Header[forwardAuthMethodHeader]) > 0 {
-		return "", "", fmt.Sprintf("the request carries %s and %s, as forward auth in Caddy or Traefik sends it, and %s could be the client's own: refused", forwardAuthURIHeader, forwardAuthMethodHeader, h.uriHeader)
+		return "", "", h.withHelp(fmt.Sprintf("want %s and %s, but the request carries %s and %s, as forward auth in Caddy or Traefik sends it, and then %s could be the client's own: refused",
+			h.uriHeader, h.methHeader, forwardAuthURIHeader, forwardAuthMethodHeader, h.uriHeader))
 	}
 	u, m := r.Header[h.uriHeader], r.Header[h.methHeader]
 	if len(u) != 1 || u[0] == "" || len(m) != 1 || m[0] == "" {
-		return "", "", fmt.Sprintf("want exactly one %s and one %s header, set by the proxy: got %d and %d", h.uriHeader, h.methHeader, len(u), len(m))
+		return "", "", h.withHelp(fmt.Sprintf("want exactly one %s and one %s header, set by the proxy: got %d and %d", h.uriHeader, h.methHeader, len(u), len(m)))
 	}
 	return u[0], m[0], ""
+}
+
+// withHelp ends msg, about the headers, with HTTPRules.HeaderHelp.
+func (h *httpRules) withHelp(msg string) string {
+	if h.help == "" {
+		return msg
+	}
+	return msg + " (" + h.help + ")"
 }
 
 // authInvalid answers an invalid request to the auth endpoint.

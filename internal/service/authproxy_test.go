@@ -35,3 +35,30 @@ func TestAuthForwardAuthBehindNginxHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthHeaderHelp: the 400 for missing headers ends with how to name
+// the right ones, and a request that has them is not told.
+func TestAuthHeaderHelp(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, "domain: d\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	h, err := s.AuthHandler(HTTPRules{Domain: "d", Descriptors: []string{"path"}, HeaderHelp: "use --flag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		hdr  []string
+		want int
+		body string
+	}{
+		{nil, 400, "got 0 and 0 (use --flag)\n"},
+		{[]string{"X-Forwarded-Uri", "/a", "X-Forwarded-Method", "GET"}, 400, "refused (use --flag)\n"},
+		{[]string{"X-Original-URI", "/%zz", "X-Original-Method", "GET"}, 400, "not a valid URI path\n"},
+		{[]string{"X-Original-URI", "/a", "X-Original-Method", "GET"}, 200, ""},
+	}
+	for _, tc := range tests {
+		got := authRequest(h, "", tc.hdr...)
+		if got.Code != tc.want || !strings.HasSuffix(got.Body.String(), tc.body) {
+			t.Errorf("%v: %d %q, want %d ending in %q", tc.hdr, got.Code, got.Body.String(), tc.want, tc.body)
+		}
+	}
+}
