@@ -96,7 +96,7 @@ func (p *authProxy) Set(v string) error {
 func (b *requestBounds) authHeaders() (uri, method, help string) {
 	h := authProxies[b.authProxy]
 	uri, method = h[0], h[1]
-	help = fmt.Sprintf("tollgate serve --auth-proxy %s reads these; name the proxy in front: --auth-proxy nginx, --auth-proxy caddy or --auth-proxy traefik", b.authProxy)
+	help = fmt.Sprintf("tollgate serve reads the headers of --auth-proxy %s; name the proxy in front with --auth-proxy caddy, --auth-proxy traefik or --auth-proxy nginx", b.authProxy)
 	if b.uriHeader != "" || b.methodHeader != "" {
 		help = "tollgate serve's --auth-uri-header and --auth-method-header name them"
 	}

@@ -167,7 +167,7 @@ const (
 // path it is counted by, so it is refused.
 func (h *httpRules) original(r *http.Request) (uri, method, msg string) {
 	if h.uriHeader != forwardAuthURIHeader && len(r.Header[forwardAuthURIHeader]) > 0 && len(r.Header[forwardAuthMethodHeader]) > 0 {
-		return "", "", h.withHelp(fmt.Sprintf("want %s and %s, but the request carries %s and %s, as forward auth in Caddy or Traefik sends it, and then %s could be the client's own: refused",
+		return "", "", h.withHelp(fmt.Sprintf("want %s and %s, but the request carries %s and %s, as Caddy's and Traefik's forward auth send: %s may be the client's own, refused",
 			h.uriHeader, h.methHeader, forwardAuthURIHeader, forwardAuthMethodHeader, h.uriHeader))
 	}
 	u, m := r.Header[h.uriHeader], r.Header[h.methHeader]
