@@ -69,8 +69,10 @@ func TestGatewaysTollgateDown(t *testing.T) {
 		want     []int // the answers to requests from one address
 	}{
 		{"nginx, unreachable", nginx, nginxConf, down, []int{500}},
+		{"nginx, no answer", nginx, nginxConf, hung, []int{500}},
 		{"nginx, 400", nginx, nginxConf, forCaddy.http, []int{500}},
 		{"nginx fail open, unreachable", nginx, failOpen(t, nginxConf), down, []int{200, 200, 200, 200}},
+		{"nginx fail open, no answer", nginx, failOpen(t, nginxConf), hung, []int{200}},
 		{"nginx fail open, 400", nginx, failOpen(t, nginxConf), forCaddy.http, []int{500}},
 		{"nginx fail open, working", nginx, failOpen(t, nginxConf), forNginx.http, []int{200, 200, 200, 429}},
 		{"caddy, unreachable", caddy, caddyConf, down, []int{502}},
