@@ -63,7 +63,7 @@ func (b *requestBounds) register(fs *flag.FlagSet) {
 // reads the original request from.
 func (b *requestBounds) registerAuth(fs *flag.FlagSet) {
 	b.authProxy = "nginx"
-	fs.Var(&b.authProxy, "auth-proxy", "/auth: the proxy in front, which says the headers the original request is read from: nginx (auth_request: X-Original-URI, X-Original-Method), caddy (forward_auth) or traefik (ForwardAuth) (both X-Forwarded-Uri, X-Forwarded-Method)")
+	fs.Var(&b.authProxy, "auth-proxy", "/auth: the `proxy` in front, which says the headers the original request is read from: nginx (auth_request: X-Original-URI and X-Original-Method), caddy (forward_auth) or traefik (ForwardAuth), both X-Forwarded-Uri and X-Forwarded-Method")
 	fs.StringVar(&b.uriHeader, "auth-uri-header", "", "/auth: the header the proxy passes the original request's URI in, and the only one read, for a proxy --auth-proxy does not name (default: --auth-proxy's)")
 	fs.StringVar(&b.methodHeader, "auth-method-header", "", "/auth: the header the proxy passes the original request's method in, and the only one read (default: --auth-proxy's)")
 }
