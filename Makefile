@@ -7,7 +7,7 @@ export PATH := $(PATH):/usr/local/go/bin
 all: check test
 
 # deps makes sure the programs the tests start are installed: the tests run
-# real redis-server processes (and nginx) on loopback, never fakes.
+# real redis-server processes (and nginx, Caddy) on loopback, never fakes.
 deps:
 	@./scripts/deps.sh
 

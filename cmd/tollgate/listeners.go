@@ -21,7 +21,7 @@ func (o *serveOptions) mux(srv *service.Server) (*http.ServeMux, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules.URIHeader, rules.MethodHeader = o.f.bounds.uriHeader, o.f.bounds.methodHeader
+	rules.URIHeader, rules.MethodHeader, rules.HeaderHelp = o.f.bounds.authHeaders()
 	auth, err := srv.AuthHandler(rules)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -47,6 +48,7 @@ type serveFlags struct {
 // Hardening).
 type requestBounds struct {
 	descriptors, entries, hits, bytes int
+	authProxy                         authProxy
 	uriHeader, methodHeader           string
 }
 
@@ -60,8 +62,51 @@ func (b *requestBounds) register(fs *flag.FlagSet) {
 // registerAuth registers the flags naming the headers the auth endpoint
 // reads the original request from.
 func (b *requestBounds) registerAuth(fs *flag.FlagSet) {
-	fs.StringVar(&b.uriHeader, "auth-uri-header", service.DefaultURIHeader, "/auth: the header the proxy passes the original request's URI in, and the only one read (X-Forwarded-Uri behind Traefik or Caddy)")
-	fs.StringVar(&b.methodHeader, "auth-method-header", service.DefaultMethodHeader, "/auth: the header the proxy passes the original request's method in, and the only one read (X-Forwarded-Method behind Traefik or Caddy)")
+	b.authProxy = "nginx"
+	fs.Var(&b.authProxy, "auth-proxy", "/auth: the `proxy` in front, which says the headers the original request is read from: nginx (auth_request: X-Original-URI and X-Original-Method), caddy (forward_auth) or traefik (ForwardAuth), both X-Forwarded-Uri and X-Forwarded-Method")
+	fs.StringVar(&b.uriHeader, "auth-uri-header", "", "/auth: the header the proxy passes the original request's URI in, and the only one read, for a proxy --auth-proxy does not name (default: --auth-proxy's)")
+	fs.StringVar(&b.methodHeader, "auth-method-header", "", "/auth: the header the proxy passes the original request's method in, and the only one read (default: --auth-proxy's)")
+}
+
+// authProxy is the --auth-proxy flag: a proxy in authProxies.
+type authProxy string
+
+// authProxies are the headers each proxy passes the original request to
+// /auth in: nginx's as examples/nginx sets them, and those Caddy's
+// forward_auth and Traefik's ForwardAuth set on every request, replacing
+// the client's.
+var authProxies = map[authProxy][2]string{
+	"nginx":   {service.DefaultURIHeader, service.DefaultMethodHeader},
+	"caddy":   {"X-Forwarded-Uri", "X-Forwarded-Method"},
+	"traefik": {"X-Forwarded-Uri", "X-Forwarded-Method"},
+}
+
+func (p *authProxy) String() string { return string(*p) }
+
+func (p *authProxy) Set(v string) error {
+	if _, ok := authProxies[authProxy(v)]; !ok {
+		return errors.New("want nginx, caddy or traefik")
+	}
+	*p = authProxy(v)
+	return nil
+}
+
+// authHeaders returns the headers /auth reads the original request from,
+// and what its 400 says when they are missing: the flag that names them.
+func (b *requestBounds) authHeaders() (uri, method, help string) {
+	h := authProxies[b.authProxy]
+	uri, method = h[0], h[1]
+	help = fmt.Sprintf("tollgate serve reads the headers of --auth-proxy %s; name the proxy in front with --auth-proxy caddy, --auth-proxy traefik or --auth-proxy nginx", b.authProxy)
+	if b.uriHeader != "" || b.methodHeader != "" {
+		help = "tollgate serve's --auth-uri-header and --auth-method-header name them"
+	}
+	if b.uriHeader != "" {
+		uri = b.uriHeader
+	}
+	if b.methodHeader != "" {
+		method = b.methodHeader
+	}
+	return uri, method, help
 }
 
 func (b *requestBounds) options() ([]service.Option, error) {

@@ -151,14 +151,38 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 	}), nil
 }
 
+// The headers Caddy's forward_auth and Traefik's ForwardAuth set on every
+// request they ask about, replacing the client's.
+const (
+	forwardAuthURIHeader    = "X-Forwarded-Uri"
+	forwardAuthMethodHeader = "X-Forwarded-Method"
+)
+
 // original returns the original request's target and method from the
 // configured headers, or why they cannot be read.
+//
+// A request that carries both of forward auth's headers while others are
+// configured came through Caddy or Traefik, which pass the client's own
+// headers through: the configured ones may be the client's, choosing the
+// path it is counted by, so it is refused.
 func (h *httpRules) original(r *http.Request) (uri, method, msg string) {
+	if h.uriHeader != forwardAuthURIHeader && len(r.Header[forwardAuthURIHeader]) > 0 && len(r.Header[forwardAuthMethodHeader]) > 0 {
+		return "", "", h.withHelp(fmt.Sprintf("want %s and %s, but the request carries %s and %s, as Caddy's and Traefik's forward auth send: %s may be the client's own, refused",
+			h.uriHeader, h.methHeader, forwardAuthURIHeader, forwardAuthMethodHeader, h.uriHeader))
+	}
 	u, m := r.Header[h.uriHeader], r.Header[h.methHeader]
 	if len(u) != 1 || u[0] == "" || len(m) != 1 || m[0] == "" {
-		return "", "", fmt.Sprintf("want exactly one %s and one %s header, set by the proxy: got %d and %d", h.uriHeader, h.methHeader, len(u), len(m))
+		return "", "", h.withHelp(fmt.Sprintf("want exactly one %s and one %s header, set by the proxy: got %d and %d", h.uriHeader, h.methHeader, len(u), len(m)))
 	}
 	return u[0], m[0], ""
+}
+
+// withHelp ends msg, about the headers, with HTTPRules.HeaderHelp.
+func (h *httpRules) withHelp(msg string) string {
+	if h.help == "" {
+		return msg
+	}
+	return msg + " (" + h.help + ")"
 }
 
 // authInvalid answers an invalid request to the auth endpoint.

@@ -102,8 +102,14 @@ type HTTPRules struct {
 	// behind Traefik or Caddy forward-auth. Only these are read, never a
 	// fallback: a proxy passes the client's own headers through, and a
 	// client must not pick the path it is counted by. The proxy must set
-	// them on every request, replacing any the client sent.
+	// them on every request, replacing any the client sent. With other
+	// headers configured, a request carrying both X-Forwarded-Uri and
+	// X-Forwarded-Method came through forward auth, and is refused: there
+	// the configured ones would be the client's.
 	URIHeader, MethodHeader string
+	// HeaderHelp ends the 400 answering a request without those headers:
+	// how to name the right ones (tollgate serve names its flags).
+	HeaderHelp string
 }
 
 // DefaultURIHeader and DefaultMethodHeader are the headers the auth
@@ -120,10 +126,11 @@ type httpRules struct {
 	ip         *clientip.Resolver
 	uriHeader  string
 	methHeader string
+	help       string
 }
 
 func (h HTTPRules) compile() (*httpRules, error) {
-	r := &httpRules{domain: h.Domain, ip: h.ClientIP, uriHeader: h.URIHeader, methHeader: h.MethodHeader}
+	r := &httpRules{domain: h.Domain, ip: h.ClientIP, uriHeader: h.URIHeader, methHeader: h.MethodHeader, help: h.HeaderHelp}
 	if r.ip == nil {
 		r.ip = &clientip.Resolver{}
 	}
