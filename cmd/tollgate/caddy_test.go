@@ -280,7 +280,7 @@ func TestServeAuthProxyFlag(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	code := run(context.Background(), []string{"tollgate", "serve", "--config", "x.yaml", "--auth-proxy", "haproxy"}, func(string) string { return "" }, &out, &out)
-	if want := `invalid value "haproxy" for flag -auth-proxy: want nginx, caddy or traefik`; code != 2 || !strings.Contains(out.String(), want) {
+	if want := `invalid value "haproxy" for flag --auth-proxy: want nginx, caddy or traefik`; code != 2 || !strings.Contains(out.String(), want) {
 		t.Errorf("--auth-proxy haproxy: exit %d, output %q; want 2 and %q", code, out.String(), want)
 	}
 }
