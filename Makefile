@@ -42,6 +42,16 @@ check:
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
 
+# image builds the container image without a daemon (scripts/image): the
+# tarball bin/tollgate-image.tar for docker load and podman load, and the
+# OCI layout bin/tollgate-oci for registries. Every timestamp in it is the
+# last commit's, so two builds of one commit give one digest.
+IMAGE_TAG ?= tollgate:latest
+.PHONY: image
+image:
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
+		$(GO) run ./scripts/image -o bin/tollgate-image.tar -oci bin/tollgate-oci -tag $(IMAGE_TAG)
+
 # run starts the decision service on the memory store with the example rules.
 run:
 	$(GO) run ./cmd/tollgate serve --config examples/ratelimit.yaml
