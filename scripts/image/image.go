@@ -26,8 +26,9 @@ import (
 // /bin/ratelimit a link to it (envoyproxy/ratelimit's path, which Envoy
 // Gateway and Istio's sample run as the container's command), /etc/passwd
 // and /etc/group naming the one user it runs as, and an empty /tmp. No
-// shell, no libc, no CA bundle: TLS to Redis or to a management server is
-// checked against the CA files the flags or variables name.
+// shell, no libc, no CA bundle: TLS is checked against the CA files the
+// flags or variables name, else against the roots built into the binary
+// (cmd/tollgate/roots.go).
 const (
 	// uid and gid are the numeric user the image runs as (not root, and
 	// numeric so that Kubernetes' runAsNonRoot can check it without a
