@@ -11,9 +11,12 @@ all: check test
 deps:
 	@./scripts/deps.sh
 
-# test is what CI runs (.ci/run): every package, with the race detector.
+# test is what CI runs (.ci/run): every package, with the race detector,
+# then the Helm chart's tests (deploy/helm/test, a module of its own so that
+# Helm's dependencies stay out of tollgate's go.mod).
 test: deps
 	$(GO) test -race -shuffle=on -count=1 ./...
+	cd deploy/helm/test && $(GO) test -race -shuffle=on -count=1 ./...
 
 # bench measures tollgate against its peers side by side, in one run, and
 # prints the ratios (bench/RESULTS.md): the Redis rows against
@@ -33,6 +36,7 @@ fuzz: deps
 check:
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -s would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/helm/test && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	@# The public API: exported names per package, as scripts/apicount counts them.
 	$(GO) run ./scripts/apicount -max 220
