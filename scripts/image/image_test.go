@@ -156,6 +156,9 @@ func checkConfig(t *testing.T, cfg *v1.ConfigFile) {
 	if got, want := cfg.Created.Time, time.Unix(1764547200, 0); !got.Equal(want) {
 		t.Errorf("Created = %s, want SOURCE_DATE_EPOCH %s", got, want)
 	}
+	if cfg.RootFS.Type != "layers" || len(cfg.RootFS.DiffIDs) != 1 {
+		t.Errorf("rootfs %+v, want type layers (as the OCI image spec requires) and one layer", cfg.RootFS)
+	}
 	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
 		t.Errorf("platform %s/%s, want linux/%s", cfg.OS, cfg.Architecture, runtime.GOARCH)
 	}
