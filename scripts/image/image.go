@@ -82,6 +82,7 @@ func buildImage(ctx context.Context, o options) (v1.Image, error) {
 		Architecture: o.arch,
 		OS:           "linux",
 		Created:      v1.Time{Time: o.created},
+		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{
 			User:         fmt.Sprintf("%d:%d", uid, gid),
 			Entrypoint:   []string{"/bin/tollgate", "serve"},
