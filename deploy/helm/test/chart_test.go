@@ -217,6 +217,14 @@ func TestChartRefuses(t *testing.T) {
 		{"replicas without Redis", map[string]any{"replicaCount": 3}, "redis.secretName: more than one replica needs Redis"},
 		{"no rules", map[string]any{"redis": redisSecret("r"), "rules": map[string]any{"files": nil}}, "rules: set rules.files or rules.existingConfigMap"},
 		{"client CA without a Secret", map[string]any{"redis": redisSecret("r"), "tls": map[string]any{"clientCA": true}}, "tls.clientCA: needs tls.secretName"},
+		// The bounds of values.schema.json, which Helm checks before rendering.
+		{"no replica", map[string]any{"replicaCount": 0}, "replicaCount"},
+		{"replicas as text", map[string]any{"replicaCount": "two"}, "replicaCount"},
+		{"unknown log format", map[string]any{"redis": redisSecret("r"), "logFormat": "xml"}, "logFormat"},
+		{"port out of range", map[string]any{"redis": redisSecret("r"), "service": map[string]any{"httpPort": 70000}}, "httpPort"},
+		{"shutdown delay not a duration", map[string]any{"redis": redisSecret("r"), "shutdownDelay": "5 seconds"}, "shutdownDelay"},
+		{"empty image", map[string]any{"redis": redisSecret("r"), "image": map[string]any{"repository": ""}}, "repository"},
+		{"unknown value", map[string]any{"redis": redisSecret("r"), "replicas": 3}, "replicas"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
