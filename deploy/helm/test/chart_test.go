@@ -194,7 +194,7 @@ func TestChartTLS(t *testing.T) {
 func TestChartValues(t *testing.T) {
 	one := mustRender(t, map[string]any{"replicaCount": 1, "rules": map[string]any{"existingConfigMap": "my-rules"},
 		"podDisruptionBudget": map[string]any{"enabled": false}, "metrics": map[string]any{"annotations": false},
-		"extraArgs": []any{"--failure-mode=closed"}})
+		"extraArgs": []any{"--failure-mode=closed"}, "readinessPath": "/healthcheck"})
 	if *one.deploy.Spec.Replicas != 1 || one.configMap != nil || one.pdb != nil || len(one.deploy.Spec.Template.Annotations) != 0 {
 		t.Errorf("replicas %d, ConfigMap %v, PDB %v, annotations %v: want 1 replica, the given ConfigMap only, no PDB, no annotations",
 			*one.deploy.Spec.Replicas, one.configMap != nil, one.pdb != nil, one.deploy.Spec.Template.Annotations)
@@ -203,6 +203,9 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("rules volume %+v, want the ConfigMap my-rules", v.VolumeSource)
 	}
 	c := container(t, one.deploy)
+	if got := c.ReadinessProbe.HTTPGet.Path; got != "/healthcheck" {
+		t.Errorf("readiness probe on %s, want readinessPath's /healthcheck", got)
+	}
 	if !slices.Contains(c.Args, "--failure-mode=closed") || len(c.Env) != 0 {
 		t.Errorf("args %q, env %v: want --failure-mode=closed, and no Redis (the memory store)", c.Args, c.Env)
 	}
@@ -225,6 +228,7 @@ func TestChartRefuses(t *testing.T) {
 		{"shutdown delay not a duration", map[string]any{"redis": redisSecret("r"), "shutdownDelay": "5 seconds"}, "shutdownDelay"},
 		{"empty image", map[string]any{"redis": redisSecret("r"), "image": map[string]any{"repository": ""}}, "repository"},
 		{"unknown value", map[string]any{"redis": redisSecret("r"), "replicas": 3}, "replicas"},
+		{"readiness elsewhere", map[string]any{"redis": redisSecret("r"), "readinessPath": "/metrics"}, "readinessPath"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
