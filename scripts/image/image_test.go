@@ -246,7 +246,9 @@ func checkRootfs(t *testing.T, root string) {
 
 // The rules, in the shape Envoy Gateway gives them: a domain named after
 // the listener, the route as key and value, and the limit on the rule's
-// match, with no value.
+// match, with no value. The window is an hour, so that a window boundary
+// between the three requests below, milliseconds apart, is all but
+// impossible.
 const egRules = `domain: default/eg/http
 descriptors:
   - key: httproute/default/ratelimit/rule/0
@@ -254,7 +256,7 @@ descriptors:
     descriptors:
       - key: rule-0-match-0
         rate_limit:
-          unit: minute
+          unit: hour
           requests_per_unit: 2
 `
 
@@ -319,7 +321,7 @@ func runAsEnvoyGateway(t *testing.T, root string) {
 		codes = append(codes, resp.OverallCode)
 	}
 	if want := []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT}; !slices.Equal(codes, want) {
-		t.Errorf("three requests against 2 a minute: %v, want %v", codes, want)
+		t.Errorf("three requests against 2 an hour: %v, want %v", codes, want)
 	}
 	if !strings.Contains(p.log.String(), "store=redis") {
 		t.Errorf("not deciding with Redis:\n%s", p.log.String())
