@@ -11,9 +11,12 @@ all: check test
 deps:
 	@./scripts/deps.sh
 
-# test is what CI runs (.ci/run): every package, with the race detector.
+# test is what CI runs (.ci/run): every package, with the race detector,
+# then the Helm chart's tests (deploy/helm/test, a module of its own so that
+# Helm's dependencies stay out of tollgate's go.mod).
 test: deps
 	$(GO) test -race -shuffle=on -count=1 ./...
+	cd deploy/helm/test && $(GO) test -race -shuffle=on -count=1 ./...
 
 # bench measures tollgate against its peers side by side, in one run, and
 # prints the ratios (bench/RESULTS.md): the Redis rows against
@@ -33,6 +36,7 @@ fuzz: deps
 check:
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -s would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/helm/test && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	@# The public API: exported names per package, as scripts/apicount counts them.
 	$(GO) run ./scripts/apicount -max 220
@@ -41,6 +45,16 @@ check:
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# image builds the container image without a daemon (scripts/image): the
+# tarball bin/tollgate-image.tar for docker load and podman load, and the
+# OCI layout bin/tollgate-oci for registries. Every timestamp in it is the
+# last commit's, so two builds of one commit give one digest.
+IMAGE_TAG ?= tollgate:latest
+.PHONY: image
+image:
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
+		$(GO) run ./scripts/image -o bin/tollgate-image.tar -oci bin/tollgate-oci -tag $(IMAGE_TAG)
 
 # run builds bin/tollgate, saying so first: the first build downloads and
 # compiles every module, which takes minutes on a busy machine, and the

@@ -1,6 +1,7 @@
 // Command tollgate is tollgate's one binary: the decision service that
 // gateways call (serve), a reverse proxy (proxy), the lab's demos (demo) and
 // the algorithm simulator (simulate). Run "tollgate help" for the list.
+// Run as "ratelimit" (envoyproxy/ratelimit's name), it is tollgate serve.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,6 +45,11 @@ func register(c command) {
 }
 
 func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
+	// The image holds the binary as /bin/ratelimit too, envoyproxy/ratelimit's
+	// path, which Envoy Gateway and Istio's sample run without arguments.
+	if len(args) > 0 && filepath.Base(args[0]) == "ratelimit" {
+		return runServe(ctx, args[1:], getenv, stdout, stderr)
+	}
 	if len(args) > 2 && args[1] == "help" {
 		if slices.ContainsFunc(commands, func(c command) bool { return c.name == args[2] }) {
 			// tollgate help serve: serve's -h, on stdout.

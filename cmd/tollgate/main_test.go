@@ -29,3 +29,26 @@ func TestHelpListsCommands(t *testing.T) {
 		}
 	}
 }
+
+// Run as /bin/ratelimit, envoyproxy/ratelimit's path in its image (what
+// Envoy Gateway and Istio's sample run, with no arguments), the binary is
+// tollgate serve.
+func TestRunAsRatelimitIsServe(t *testing.T) {
+	tests := []struct {
+		argv0 string
+		want  string
+	}{
+		{"/bin/ratelimit", "Usage: tollgate serve"},
+		{"ratelimit", "Usage: tollgate serve"},
+		{"/usr/local/bin/tollgate", "Usage: tollgate <command>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.argv0, func(t *testing.T) {
+			var out bytes.Buffer
+			run(context.Background(), []string{tc.argv0, "-h"}, func(string) string { return "" }, &out, &out)
+			if got := out.String(); !strings.Contains(got, tc.want) {
+				t.Errorf("%s -h printed\n%.200s\nwant %q", tc.argv0, got, tc.want)
+			}
+		})
+	}
+}
