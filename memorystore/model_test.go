@@ -1,8 +1,10 @@
 package memorystore_test
 
 import (
+	"context"
 	"flag"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +107,42 @@ func FuzzEnds(f *testing.F) {
 		alg := tollgate.Algorithms()[int(data[0])%len(tollgate.Algorithms())]
 		conformance.ModelEnds(t, modelTarget(), alg, conformance.NewByteSource(data[1:]), 300)
 	})
+}
+
+// clockedStore is a memory store that remembers the time it last read, the
+// time of its last call.
+type clockedStore struct {
+	*memorystore.Store
+	last atomic.Int64
+}
+
+// TestModelRealTime: decisions, reservations and settles on the store's
+// clock, in real time, its state expiring as time passes, against the model
+// at the instant of each call.
+func TestModelRealTime(t *testing.T) {
+	s := seed(t)
+	target := conformance.RealTimeTarget{
+		New: func(tb testing.TB) tollgate.Settler {
+			cs := &clockedStore{}
+			cs.Store = memorystore.New(memorystore.WithClock(func() time.Time {
+				at := time.Now()
+				cs.last.Store(at.UnixMicro())
+				return at
+			}))
+			return cs
+		},
+		SettleAt: func(ctx context.Context, s tollgate.Settler, key string, l tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, int64, error) {
+			cs := s.(*clockedStore)
+			r, err := cs.SettleN(ctx, key, l, at, reserved, actual)
+			return r, cs.last.Load(), err
+		},
+	}
+	for _, alg := range tollgate.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.ModelRealTime(t, target, alg, rand.NewPCG(s, uint64(alg)), *modelSteps/10)
+		})
+	}
 }
 
 func TestModelCases(t *testing.T) {

@@ -55,8 +55,8 @@ type Expiry struct {
 	At   time.Time
 	// Set reports whether the call set the expiry: it wrote, or it found
 	// the state live and its ResetAfter is above 0. At is then the call's
-	// time plus ResetAfter rounded up to a whole millisecond (at least
-	// one), the TTL a store must have set.
+	// time plus ResetAfter, and a store whose TTLs are whole milliseconds
+	// (Redis) must have set ResetAfter rounded up to one.
 	Set bool
 }
 
@@ -150,7 +150,7 @@ func modelDifferential(tb testing.TB, target ModelTarget, gen *Gen, src rand.Sou
 		tr.admit(tb, i, c, got)
 		if target.After != nil && target.After(tb, store, key, c.Limit, got, wrote, before, expiryAfter(oracle, key, c.Limit, want, wrote, live)) {
 			oracle.Reset(key, c.Limit)
-			trails[name] = &trail{}
+			trails[name] = &trail{key: key}
 		}
 		gen.Saw(got)
 	}
