@@ -14,11 +14,12 @@ import (
 )
 
 // go test ./memorystore/ -run TestModelLong -steps=1000000 runs a million
-// random calls per algorithm against the reference model; the default is
-// short enough for every test run.
+// random calls per algorithm against the reference model; -steps scales
+// TestSettleModel (half) and TestModelRealTime (a tenth) too. The default
+// is short enough for every test run.
 var (
-	modelSteps = flag.Int("steps", 10000, "random calls per algorithm in TestModelLong")
-	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
+	modelSteps = flag.Int("steps", 10000, "random calls per algorithm in the model tests (TestModelLong and others)")
+	modelSeed  = flag.Uint64("seed", 1, "seed of the model tests' calls (0: a new one each run)")
 )
 
 // modelTarget checks the memory store against the model, and its state's

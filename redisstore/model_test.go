@@ -19,12 +19,14 @@ import (
 	"github.com/tollgate/tollgate/redisstore"
 )
 
-// go test ./redisstore/ -run TestModelLong -steps=1000000 runs a million
-// random calls per algorithm and topology against the reference model; the
-// default is short enough for every test run.
+// go test ./redisstore/ -run TestModelLong -steps=100000 runs 100,000
+// random calls per algorithm and topology against the reference model;
+// -steps scales every model test here (TestModelEnds, TestModelRealTime,
+// TestSettleModel, TestFunctionsModel). The default is short enough for every
+// test run.
 var (
-	modelSteps = flag.Int("steps", 300, "random calls per algorithm and topology in TestModelLong")
-	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
+	modelSteps = flag.Int("steps", 300, "random calls per algorithm and topology in the model tests (TestModelLong and others)")
+	modelSeed  = flag.Uint64("seed", 1, "seed of the model tests' calls (0: a new one each run)")
 )
 
 // keep is how long a checked key is kept in real time. Redis expires keys
