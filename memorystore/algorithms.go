@@ -28,8 +28,9 @@ import (
 //	                        admitted times
 type state struct {
 	a, b, c int64
-	// expires is when the state is back to full (µs): from then on it
-	// decides like a fresh key, so it may be reclaimed.
+	// expires is when the state is back to full under the limit of the
+	// last call that set it (µs): from then on it decides like a fresh key
+	// under any limit, so it may be reclaimed. 0 for none.
 	expires int64
 }
 

@@ -1,8 +1,10 @@
 package memorystore_test
 
 import (
+	"context"
 	"flag"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,29 +14,28 @@ import (
 )
 
 // go test ./memorystore/ -run TestModelLong -steps=1000000 runs a million
-// random calls per algorithm against the reference model; the default is
-// short enough for every test run.
+// random calls per algorithm against the reference model; -steps scales
+// TestSettleModel (half) and TestModelRealTime (a tenth) too. The default
+// is short enough for every test run.
 var (
-	modelSteps = flag.Int("steps", 10000, "random calls per algorithm in TestModelLong")
-	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
+	modelSteps = flag.Int("steps", 10000, "random calls per algorithm in the model tests (TestModelLong and others)")
+	modelSeed  = flag.Uint64("seed", 1, "seed of the model tests' calls (0: a new one each run)")
 )
 
 // modelTarget checks the memory store against the model, and its state's
 // expiry: the model's, to the microsecond (both run on the test's clock).
 // A state the model has forgotten may still be held, expired, until the
-// store reclaims it.
+// store reclaims it: the differentials delete some with Reset and reclaim
+// the rest now and then (Sweep), where the store would as new keys arrive.
 //
-// The store is made too large to reclaim anything: a key expires when a
-// call on it finds it expired, at that call's time, but the store reclaims
-// expired keys at the time of a call on another key, and a clock that then
-// steps back behind the reclaimed key's expiry would find it fresh where
-// the model finds it live. Only a clock that steps back can tell the two
-// apart, and the store's own clock never does.
+// The store is made too large to evict a live key, which forgets what it
+// spent and so changes decisions.
 func modelTarget() conformance.ModelTarget {
 	return conformance.ModelTarget{
 		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
 			return memorystore.New(memorystore.WithClock(now), memorystore.WithMaxKeys(1<<28))
 		},
+		Sweep: func(tb testing.TB, s tollgate.Store) { s.(*memorystore.Store).Sweep() },
 		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any, exp conformance.Expiry) bool {
 			tb.Helper()
 			ms := s.(*memorystore.Store)
@@ -107,6 +108,42 @@ func FuzzEnds(f *testing.F) {
 		alg := tollgate.Algorithms()[int(data[0])%len(tollgate.Algorithms())]
 		conformance.ModelEnds(t, modelTarget(), alg, conformance.NewByteSource(data[1:]), 300)
 	})
+}
+
+// clockedStore is a memory store that remembers the time it last read, the
+// time of its last call.
+type clockedStore struct {
+	*memorystore.Store
+	last atomic.Int64
+}
+
+// TestModelRealTime: decisions, reservations and settles on the store's
+// clock, in real time, its state expiring as time passes, against the model
+// at the instant of each call.
+func TestModelRealTime(t *testing.T) {
+	s := seed(t)
+	target := conformance.RealTimeTarget{
+		New: func(tb testing.TB) tollgate.Settler {
+			cs := &clockedStore{}
+			cs.Store = memorystore.New(memorystore.WithClock(func() time.Time {
+				at := time.Now()
+				cs.last.Store(at.UnixMicro())
+				return at
+			}))
+			return cs
+		},
+		SettleAt: func(ctx context.Context, s tollgate.Settler, key string, l tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, int64, error) {
+			cs := s.(*clockedStore)
+			r, err := cs.SettleN(ctx, key, l, at, reserved, actual)
+			return r, cs.last.Load(), err
+		},
+	}
+	for _, alg := range tollgate.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.ModelRealTime(t, target, alg, rand.NewPCG(s, uint64(alg)), *modelSteps/10)
+		})
+	}
 }
 
 func TestModelCases(t *testing.T) {

@@ -143,9 +143,11 @@ type options struct {
 // (NTP, an operator) neither rewards nor punishes anyone, and a read costs
 // one clock call instead of time.Now's two.
 //
-// A key's state expires when a call on it finds it expired, at that call's
-// time. Once the store is half full it also reclaims expired states when
-// new keys arrive, at the new key's time: if now then steps back behind a
+// A key's state expires when it is back to full under the limit of the
+// last call that set its expiry, to the microsecond, and from then on
+// decides as no state under any limit; a call that finds it so forgets it.
+// Once the store is half full it also reclaims expired states when new
+// keys arrive, at the new key's time: if now then steps back behind a
 // reclaimed state's expiry, that key starts afresh where it would otherwise
 // have found its state again. The monotonic clock never steps back.
 func WithClock(now func() time.Time) Option {
@@ -343,7 +345,10 @@ func (s *Store) settle(d *decision, sh *shard, h, kind uint64, key string, p *to
 		return
 	}
 	decideOn(d, &e.state, log, false, p, now, 0)
-	e.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
+	e.expires = now + d.reset
+	if d.reset == 0 {
+		e.expires = 0 // full: it expires now, also for a clock that steps back
+	}
 }
 
 // decide makes one decision on key's entry in sh (locked) into d.
@@ -361,10 +366,10 @@ func (s *Store) decide(d *decision, sh *shard, h, kind uint64, key string, p *to
 		i = s.insert(sh, h, kind, key, now)
 	}
 	e := &sh.tab[i]
-	// An expired state decides as a fresh one, as in Redis, which has
-	// deleted it by then: the same once the limit changed, too (a token
-	// bucket full under a lower burst is not full under a higher one). A
-	// new entry's expires is 0: it is fresh.
+	// An expired state decides as a fresh one, under any limit: it is full
+	// under the limit that set its expiry, which may not be this call's (a
+	// token bucket full under a lower burst is not full under a higher
+	// one). A new entry's expires is 0: it is fresh.
 	live := e.expires > now
 	// decideOn's switch, in line: one frame less on every decision.
 	switch p.Algorithm {
@@ -384,10 +389,11 @@ func (s *Store) decide(d *decision, sh *shard, h, kind uint64, key string, p *to
 	switch {
 	case d.write || live && d.reset > 0:
 		// Kept until it is full under the limit of the last call that saw
-		// it, as long as Redis keeps it: the TTL is whole ms, rounded up. A
-		// denial or a look sets it too (only it), so a state kept under
-		// another limit outlives the RetryAfter this call reports.
-		e.expires = now + max(1, exact.CeilDiv(d.reset, 1000))*1000
+		// it, to the µs (Redis keeps it to the ms above, when it decides as
+		// no state). A denial or a look sets it too (only it), so a state
+		// kept under another limit outlives the RetryAfter this call
+		// reports.
+		e.expires = now + d.reset
 	case !live:
 		// Seen expired, it is gone, as a Redis key is: a clock that steps
 		// back behind its expiry must not find it again.

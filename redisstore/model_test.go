@@ -19,12 +19,14 @@ import (
 	"github.com/tollgate/tollgate/redisstore"
 )
 
-// go test ./redisstore/ -run TestModelLong -steps=1000000 runs a million
-// random calls per algorithm and topology against the reference model; the
-// default is short enough for every test run.
+// go test ./redisstore/ -run TestModelLong -steps=100000 runs 100,000
+// random calls per algorithm and topology against the reference model;
+// -steps scales every model test here (TestModelEnds, TestModelRealTime,
+// TestSettleModel, TestFunctionsModel). The default is short enough for every
+// test run.
 var (
-	modelSteps = flag.Int("steps", 300, "random calls per algorithm and topology in TestModelLong")
-	modelSeed  = flag.Uint64("seed", 1, "seed of TestModelLong's calls (0: a new one each run)")
+	modelSteps = flag.Int("steps", 300, "random calls per algorithm and topology in the model tests (TestModelLong and others)")
+	modelSeed  = flag.Uint64("seed", 1, "seed of the model tests' calls (0: a new one each run)")
 )
 
 // keep is how long a checked key is kept in real time. Redis expires keys
@@ -58,10 +60,12 @@ func (s *timedStore) SettleN(ctx context.Context, key string, l tollgate.Limit, 
 }
 
 // modelTarget checks a Redis store against the model, and what it keeps in
-// Redis: a call that spends nothing leaves the key byte for byte as it was
-// (DUMP), and every call that sets the key's expiry in the model (a write,
-// or a denial or look that found it live) sets the TTL to the model's,
-// ResetAfter rounded up to a millisecond.
+// Redis: a call that spends nothing leaves the key as it was (DUMP), but
+// for a bucket's expiry when the call moved it; every call that sets the
+// key's expiry in the model (a write, or a denial or look that found it
+// live) sets the TTL to the model's, ResetAfter rounded up to a
+// millisecond; a bucket's stored expiry (e) is the model's, to the
+// microsecond; and a key the model holds nothing for after a call is gone.
 func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.ModelTarget {
 	return conformance.ModelTarget{
 		New: func(tb testing.TB, now func() time.Time) tollgate.Store {
@@ -76,19 +80,26 @@ func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.Mode
 		},
 		Before: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit) any {
 			ts := s.(*timedStore)
-			return dump(tb, ts.rdb, ts.Key(key, l))
+			return snap(tb, ts.rdb, ts.Key(key, l))
 		},
 		After: func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit, r tollgate.Result, wrote bool, before any, exp conformance.Expiry) bool {
 			tb.Helper()
 			ts := s.(*timedStore)
 			rdb := ts.rdb
 			name := ts.Key(key, l)
+			if !exp.Held {
+				if n, err := rdb.Exists(context.Background(), name).Result(); err != nil || n != 0 {
+					tb.Fatalf("Redis keeps the key (%d, %v) after %v (ResetAfter %v, Allowed %v), where the model holds nothing", n, err, l, r.ResetAfter, r.Allowed)
+				}
+				return false
+			}
 			if !exp.Set {
 				if !wrote {
-					if after := dump(tb, rdb, name); !bytes.Equal(after, before.([]byte)) {
+					if after := snap(tb, rdb, name); !after.equal(before.(state), true) {
 						tb.Fatalf("a call that spent nothing (%v, Allowed %v) changed what Redis keeps for the key", l, r.Allowed)
 					}
 				}
+				checkStoredExpiry(tb, rdb, name, l, exp)
 				return false
 			}
 			// Read the value and the TTL and lengthen it at once: the call
@@ -97,10 +108,14 @@ func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.Mode
 			ctx := context.Background()
 			var (
 				value *redis.StringCmd
+				hash  *redis.MapStringStringCmd
 				ttl   *redis.DurationCmd
 			)
 			if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				value = p.Dump(ctx, name)
+				if isBucket(l) {
+					hash = p.HGetAll(ctx, name)
+				}
 				ttl = p.PTTL(ctx, name)
 				p.PExpire(ctx, name, keep)
 				return nil
@@ -108,9 +123,9 @@ func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.Mode
 				tb.Fatal(err)
 			}
 			// Redis counts the TTL on a millisecond clock, in real time,
-			// from when the script ran.
+			// from when the script ran: the model's expiry, rounded up.
 			elapsed := time.Since(ts.sent)
-			want := exp.At.Sub(ts.now())
+			want := max(time.Millisecond, (exp.At.Sub(ts.now())+time.Millisecond-1)/time.Millisecond*time.Millisecond)
 			switch got := ttl.Val(); {
 			case got == -2: // gone (go-redis reports PTTL's -2 as -2ns): its TTL ran out in real time
 				if elapsed < want-time.Millisecond {
@@ -122,11 +137,73 @@ func modelTarget(client func(*testing.T) redis.UniversalClient) conformance.Mode
 			case got > want || got < want-elapsed-time.Millisecond:
 				tb.Fatalf("TTL %v after %v (ResetAfter %v, Allowed %v), want the model's %v less the %v since the call", got, l, r.ResetAfter, r.Allowed, want, elapsed)
 			}
-			if !wrote && !bytes.Equal([]byte(value.Val()), before.([]byte)) {
+			after := state{dump: []byte(value.Val())}
+			if hash != nil {
+				after.hash = hash.Val()
+			}
+			if !wrote && !after.equal(before.(state), false) {
 				tb.Fatalf("a call that spent nothing (%v, Allowed %v) changed what Redis keeps for the key", l, r.Allowed)
 			}
+			checkStoredExpiry(tb, rdb, name, l, exp)
 			return false
 		},
+	}
+}
+
+// state is what Redis keeps for a key: its serialized value (nil when it
+// does not exist) and, for a bucket, its fields.
+type state struct {
+	dump []byte
+	hash map[string]string
+}
+
+// snap returns what Redis keeps for the key.
+func snap(tb testing.TB, rdb redis.UniversalClient, name string) state {
+	st := state{dump: dump(tb, rdb, name)}
+	if st.dump != nil {
+		h, err := rdb.HGetAll(context.Background(), name).Result()
+		if err == nil { // WRONGTYPE: not a hash
+			st.hash = h
+		}
+	}
+	return st
+}
+
+// equal reports whether s and o hold the same state: byte for byte when
+// exact, else the same but for a bucket's expiry (e), which a call that
+// spends nothing moves after a limit change.
+func (s state) equal(o state, exact bool) bool {
+	if bytes.Equal(s.dump, o.dump) {
+		return true
+	}
+	if exact || s.hash == nil || o.hash == nil || len(s.hash) != len(o.hash) {
+		return false
+	}
+	for k, v := range s.hash {
+		if w, ok := o.hash[k]; !ok || k != "e" && v != w {
+			return false
+		}
+	}
+	return true
+}
+
+func isBucket(l tollgate.Limit) bool {
+	return l.Algorithm == tollgate.TokenBucket || l.Algorithm == tollgate.LeakyBucket
+}
+
+// checkStoredExpiry requires a bucket's stored expiry to be the model's, to
+// the microsecond.
+func checkStoredExpiry(tb testing.TB, rdb redis.UniversalClient, name string, l tollgate.Limit, exp conformance.Expiry) {
+	tb.Helper()
+	if !isBucket(l) {
+		return
+	}
+	got, err := rdb.HGet(context.Background(), name, "e").Int64()
+	if errors.Is(err, redis.Nil) {
+		return // the key ran out in real time: After saw it gone
+	}
+	if err != nil || got != exp.At.UnixMicro() {
+		tb.Fatalf("the bucket's stored expiry is %d (%v), want the model's %d", got, err, exp.At.UnixMicro())
 	}
 }
 
@@ -243,6 +320,31 @@ func TestModelLogTime(t *testing.T) {
 	t.Logf("%d log decisions: median %v, 90th percentile %v, slowest %v (rate %s, cost %s)", len(took), median, p90, worst, slowest.Args[4], slowest.Args[6])
 	if median > time.Millisecond || p90 > 5*time.Millisecond {
 		t.Errorf("log decisions take %v (median), %v (90th percentile) of Redis time, want under 1ms and 5ms", median, p90)
+	}
+}
+
+// TestModelRealTime: decisions, reservations and settles on the Redis
+// server's clock, the keys left to their TTLs, against the model at the
+// instant of each call. Redis expires a key in real time, lazily or by its
+// active expiry, a millisecond or less after its state has.
+func TestModelRealTime(t *testing.T) {
+	s := modelSeedFor(t)
+	for _, topo := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+	}{{"standalone", standalone}, {"cluster", clustered}} {
+		target := conformance.RealTimeTarget{
+			New: func(tb testing.TB) tollgate.Settler { return redisstore.New(topo.client(tb.(*testing.T))) },
+			SettleAt: func(ctx context.Context, s tollgate.Settler, key string, l tollgate.Limit, at int64, reserved, actual int) (tollgate.Result, int64, error) {
+				return redisstore.SettleAt(ctx, s.(*redisstore.Store), key, l, at, reserved, actual)
+			},
+		}
+		for _, alg := range tollgate.Algorithms() {
+			t.Run(topo.name+"/"+alg.String(), func(t *testing.T) {
+				t.Parallel()
+				conformance.ModelRealTime(t, target, alg, rand.NewPCG(s, uint64(alg)), *modelSteps)
+			})
+		}
 	}
 }
 

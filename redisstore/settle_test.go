@@ -185,9 +185,9 @@ var settleCases = []struct {
 		// The stored window (1) is the reservation's, and now the previous
 		// one: 15 weigh 7.5.
 		{at: 2500 * ms, op: "settle", n: 5, actual: 0, resAt: 1500 * ms, want: ok(2, 500*ms)},
-		// The stored window is neither the reservation's (3) nor the one
-		// after it: nothing to refund.
-		{at: 3500 * ms, op: "settle", n: 5, actual: 0, resAt: 3500 * ms, want: ok(10, 0), same: true},
+		// The stored window (1) has expired, at the end of window 2:
+		// nothing to refund, and the settle that finds it so deletes it.
+		{at: 3500 * ms, op: "settle", n: 5, actual: 0, resAt: 3500 * ms, want: ok(10, 0), gone: true},
 	}},
 	{"sliding window log", tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 5, Period: sec}, []settleStep{
 		{at: 100 * ms, op: "reserve", n: 3, want: ok(2, sec)},
@@ -225,8 +225,8 @@ var bucketSteps = []settleStep{
 	{at: 1500 * ms, op: "allow", want: ok(5, 500*ms)},
 	// actual = reserved: a look that writes nothing.
 	{at: 1500 * ms, op: "settle", n: 1, actual: 1, want: ok(5, 500*ms), same: true},
-	// A refund into a full bucket.
-	{at: 5 * sec, op: "settle", n: 5, actual: 0, want: ok(10, 0)},
+	// A refund into a full bucket: full, it has expired, and is deleted.
+	{at: 5 * sec, op: "settle", n: 5, actual: 0, want: ok(10, 0), gone: true},
 	// The clock steps back half a second after a reservation: time stands
 	// still for the key, and the durations include the half second.
 	{at: 6 * sec, op: "reserve", n: 4, want: ok(6, 400*ms)},

@@ -23,6 +23,11 @@
 --     the TTL: the key must outlive the retry-after it reports).
 --   * n = 0 only looks: it is always allowed (a lowered limit can leave the
 --     count above it, and looking must not fail for that).
+--   * Expiry is invisible: a count in a window that has ended decides as no
+--     count under any rate, so it makes no difference whether Redis has
+--     deleted the key yet (its TTL runs in Redis's time, in whole ms). A
+--     look that finds it so deletes it, so that a clock that steps back
+--     into that window does not find it again; a write replaces it.
 --   * The state's read and write are fw_read and fw_write, the only code
 --     that knows the hash's fields: settle.lua corrects a window with the
 --     same two functions.
@@ -77,12 +82,18 @@ local function decide(key, argv, o, now)
   end
   if allowed == 1 and n > 0 then
     expire(key, reset)
-  elseif found and reset > 0 then
+  elseif found then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after
-    -- reported here.
-    expire(key, reset)
+    -- reported here. A look that finds it full has found it expired (under
+    -- any limit, full at the same instant): it deletes it, so that a clock
+    -- that steps back does not find it again. A denial never finds it so.
+    if reset > 0 then
+      expire(key, reset)
+    else
+      redis.call('DEL', key)
+    end
   end
   -- A lowered limit can leave count above it: nothing remains, not less.
   return {allowed, math.max(limit - count, 0), retry, reset, 0, now}

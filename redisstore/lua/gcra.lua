@@ -39,6 +39,12 @@
 --     command; a denied request writes nothing. A denial or a look that
 --     finds the TAT ahead sets the TTL only (to reset-after, under its own
 --     limit), so the key outlives the retry-after it reports.
+--   * Expiry is invisible: a TAT at or before now (the instant the key's
+--     TTL was set to reach, on the decision's clock) is a full bucket under
+--     any rate and burst, and decides as no key, so it makes no difference
+--     whether Redis has deleted it yet (its TTL runs in Redis's time, in
+--     whole ms). A look that finds it so deletes it, so that a clock that
+--     steps back does not find it again; a write replaces it.
 --   * The state's read and write are gcra_read and gcra_write, the only
 --     code that knows the value's form: settle.lua corrects a TAT with the
 --     same two functions.
@@ -133,12 +139,18 @@ local function decide(key, argv, o, now)
   end
   if allowed == 1 and n > 0 then
     gcra_write(key, tat, frac, rate, reset)
-  elseif found and reset > 0 then
+  elseif found then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after
-    -- reported here.
-    expire(key, reset)
+    -- reported here. A look that finds it full has found it expired (under
+    -- any limit, full at the same instant): it deletes it, so that a clock
+    -- that steps back does not find it again. A denial never finds it so.
+    if reset > 0 then
+      expire(key, reset)
+    else
+      redis.call('DEL', key)
+    end
   end
   local remaining, used = 0, ahead * rate + frac
   if used < burst * unit then

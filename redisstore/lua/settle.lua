@@ -25,9 +25,8 @@
 --     and writes the state with its algorithm's own functions (tb_read and
 --     tb_write in token_bucket.lua, and so on) — the same clock step-back
 --     rule, the same rescaling after a rate change, the same form — and
---     sets the TTL a decision that wrote would set (at least a
---     millisecond: a state that is full again disappears at once, as a
---     decision's would).
+--     sets the TTL (and a bucket's expiry) a decision that wrote would
+--     set.
 --   * Those functions are not in this file: each correction names the
 --     file it uses on a line '-- uses <file>: <functions>'. In the script
 --     the store puts that file's state functions (all of it between its
@@ -44,7 +43,12 @@
 --     state, of a window the key no longer keeps, or of log entries no
 --     longer there — is a look (a decision of cost 0): it writes nothing,
 --     and sets the TTL as a look does (when it finds the key and it is not
---     full). A charge of a key with no state starts one.
+--     full; a key it finds expired, it deletes). A charge of a key with no
+--     state, or an expired one, starts one.
+--   * A correction that leaves the key full (a refund of everything it
+--     spent) leaves it expired: it is deleted, where a decision would set
+--     a TTL of a millisecond, so that it decides as no state from now on,
+--     under any limit.
 --   * The time is one argument (ARGV[2]) like a decision's, so run reads
 --     TIME as a decision does, and the reply ends with it as a decision's.
 --     Go sends one key a call (run could take a batch; settles come one a
@@ -62,29 +66,36 @@ local function look(remaining, reset, now)
   return {1, remaining, 0, reset, 0, now}
 end
 
--- keep sets key's TTL after a settle: as a decision that wrote when it
--- wrote, else as a look that found the key (found), which keeps a key
--- that is not full until it is.
+-- keep sets key's TTL after a settle of a window, a log or a TAT: as a
+-- decision that wrote when it wrote, else as a look that found the key
+-- (found), which keeps a key that is not full until it is. A key full at
+-- now (reset 0) has expired: it is deleted, whether the settle left it so
+-- or found it so, so that a clock that steps back does not find it again
+-- (UNLINK: a log may be long). These states are full at the same instant
+-- under any limit; the buckets' expiry is their own (tb_keep, lb_keep).
 local function keep(key, wrote, found, reset)
-  if wrote or (found and reset > 0) then
+  if reset > 0 and (wrote or found) then
     expire(key, reset)
+  elseif wrote or found then
+    redis.call('UNLINK', key)
   end
 end
 
 -- tb corrects a token bucket. A debt is tokens below 0, MaxDebt tokens at
 -- most.
 local function tb(key, argv, o, now, d)
-  -- uses token_bucket.lua: tb_read, tb_write
+  -- uses token_bucket.lua: tb_read, tb_write, tb_keep
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local capacity = burst * unit
 
-  local tokens, ts, same, found = tb_read(key, now, rate, unit, argv[o + 7], capacity, argv[o + 9])
+  local tokens, ts, same, found, e, stale = tb_read(key, now, rate, unit, argv[o + 7], capacity, argv[o + 9])
   if not tokens then
     return corrupt()
   end
   if not found and d <= 0 then
+    tb_keep(key, false, nil, stale, now, 0)
     return look(burst, 0, now)
   end
 
@@ -99,10 +110,14 @@ local function tb(key, argv, o, now, d)
   if tokens < capacity then
     reset = lag + cdiv(capacity - tokens, rate)
   end
-  if d ~= 0 then
-    tb_write(key, tokens, ts, same, argv[o + 7])
+  if d == 0 then
+    tb_keep(key, true, e, false, now, reset)
+  elseif reset > 0 then
+    tb_write(key, tokens, ts, same, argv[o + 7], now + reset)
+    expire(key, reset)
+  else
+    redis.call('DEL', key) -- refunded to full: it expires now
   end
-  keep(key, d ~= 0, true, reset)
   local remaining = 0
   if tokens > 0 then
     remaining = fdiv(tokens, unit)
@@ -114,18 +129,19 @@ end
 -- bound requests, and to no more than a read keeps (what leaks in
 -- lb_horizon).
 local function lb(key, argv, o, now, d, bound)
-  -- uses leaky_bucket.lua: lb_horizon, lb_read, lb_write
+  -- uses leaky_bucket.lua: lb_horizon, lb_read, lb_write, lb_keep
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local maxdelay = tonumber(argv[o + 9])
   local capacity = burst * unit
 
-  local level, ts, same, found = lb_read(key, now, rate, unit, argv[o + 7], capacity, maxdelay)
+  local level, ts, same, found, e, stale = lb_read(key, now, rate, unit, argv[o + 7], capacity, maxdelay)
   if not level then
     return corrupt()
   end
   if not found and d <= 0 then
+    lb_keep(key, false, nil, stale, now, 0)
     return look(burst, 0, now)
   end
 
@@ -139,10 +155,14 @@ local function lb(key, argv, o, now, d, bound)
   if level > 0 then
     reset = lag + cdiv(level, rate)
   end
-  if d ~= 0 then
-    lb_write(key, level, ts, same, argv[o + 7])
+  if d == 0 then
+    lb_keep(key, true, e, false, now, reset)
+  elseif reset > 0 then
+    lb_write(key, level, ts, same, argv[o + 7], now + reset)
+    expire(key, reset)
+  else
+    redis.call('DEL', key) -- refunded to empty: it expires now
   end
-  keep(key, d ~= 0, true, reset)
   return look(fdiv(math.max(capacity - level, 0), unit), reset, now)
 end
 
@@ -210,10 +230,10 @@ local function gcra(key, argv, o, now, d, bound)
   if frac > 0 then
     reset = ahead + 1
   end
-  if d ~= 0 then
+  if d ~= 0 and reset > 0 then
     gcra_write(key, tat, frac, rate, reset)
   else
-    keep(key, false, true, reset)
+    keep(key, d ~= 0, true, reset)
   end
   local remaining, used = 0, ahead * rate + frac
   if used < burst * unit then

@@ -28,6 +28,12 @@
 --     that finds the key, a denial or a look only the TTL).
 --   * n = 0 only looks: it is always allowed, even when a lowered limit
 --     leaves the counts above it.
+--   * Expiry is invisible: counts that no longer weigh (the current one two
+--     windows on, the previous one a window on) decide as none under any
+--     rate, so it makes no difference whether Redis has deleted the key
+--     yet (its TTL runs in Redis's time, in whole ms). A look that finds
+--     them so deletes the key, so that a clock that steps back does not
+--     find them again; a write replaces them.
 --   * The state's read and write are swc_read and swc_write, the only code
 --     that knows the hash's fields: settle.lua corrects the counts with the
 --     same two functions.
@@ -108,12 +114,18 @@ local function decide(key, argv, o, now)
   end
   if allowed == 1 and n > 0 then
     expire(key, reset)
-  elseif found and reset > 0 then
+  elseif found then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after
-    -- reported here.
-    expire(key, reset)
+    -- reported here. A look that finds it full has found it expired (under
+    -- any limit, full at the same instant): it deletes it, so that a clock
+    -- that steps back does not find it again. A denial never finds it so.
+    if reset > 0 then
+      expire(key, reset)
+    else
+      redis.call('DEL', key)
+    end
   end
   return {allowed, fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps), retry, reset, 0, now}
 end

@@ -34,6 +34,11 @@
 --     in the way leave the window. The TTL is the newest entry's time plus
 --     the period, when the whole log has expired; every call that counts an
 --     entry sets it (a denial or a look only the TTL).
+--   * Expiry is invisible: a log whose newest entry has left the window
+--     counts nothing under any rate, so it makes no difference whether
+--     Redis has deleted it yet (its TTL runs in Redis's time, in whole
+--     ms). A look that finds it so deletes it, so that a clock that steps
+--     back does not count its entries again; a write replaces it.
 --   * The state's read and writes are swl_read, swl_write and swl_remove,
 --     the only code that knows the entries' form: settle.lua corrects a log
 --     with the same functions.
@@ -156,12 +161,19 @@ local function decide(key, argv, o, now)
   end
   if allowed == 1 and n > 0 then
     expire(key, reset)
-  elseif newest and reset > 0 then
+  elseif newest then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a
     -- limit change the TTL a write set may end before the retry-after
-    -- reported here.
-    expire(key, reset)
+    -- reported here. A look that finds it full has found it expired (under
+    -- any limit, full at the same instant): it deletes it, so that a clock
+    -- that steps back does not find it again (UNLINK, as swl_write drops
+    -- a whole log). A denial never finds it so.
+    if reset > 0 then
+      expire(key, reset)
+    else
+      redis.call('UNLINK', key)
+    end
   end
   -- A lowered limit can leave more entries than it: nothing remains, not less.
   return {allowed, math.max(limit - count, 0), retry, reset, 0, now}

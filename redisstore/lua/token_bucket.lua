@@ -1,7 +1,8 @@
 -- token_bucket.lua: one atomic token-bucket decision.
 --
 -- KEYS[1]  the bucket, a hash: t = tokens (fixed-point units),
---          ts = time of the last update (µs), u = units per token
+--          ts = time of the last update (µs), u = units per token,
+--          e = when it expires (µs): full under the limit that set it
 -- ARGV[1]  unit rate: units added per µs     (rate / gcd(rate, period µs))
 -- ARGV[2]  unit: units per token             (period µs / the same gcd)
 -- ARGV[3]  burst: the capacity, in tokens
@@ -41,6 +42,20 @@
 --     that finds the key sets it (a denial or a look only it, when the
 --     reset-after is above 0): a limit changed since the write may take
 --     longer to refill, and the key must outlive the retry-after reported.
+--   * Expiry is invisible: once full under the limit that set its expiry,
+--     a bucket decides as no bucket under any limit, so that it makes no
+--     difference whether Redis has deleted it yet. A TTL does not say
+--     when that is: it runs in Redis's time, in whole ms, while the
+--     decision's clock may be the caller's. Nor does the bucket itself,
+--     under another limit: full at burst 2 is not full at burst 5. So e
+--     holds the instant, on the decision's clock, now + reset-after of
+--     the last call that set the TTL; a call at or after it finds no
+--     bucket (and a look deletes it, so that a clock that steps back does
+--     not find it again). Under the limit that set it, every call computes
+--     the same instant, so a denial or a look writes e only after a limit
+--     change. A bucket written before e was stored has none: it is live
+--     until its TTL ends, as it always was, and gains e from the first
+--     call that sets its TTL.
 --   * Refill is min(capacity, tokens + elapsed * rate): when the product
 --     outgrows 2^53 it is no longer exact, but then it is far above the
 --     capacity, and rounding never moves a double across a value it can
@@ -52,20 +67,31 @@
 -- reads, the form u is stored in), capacity units, and a debt of at most
 -- maxdebt tokens (MaxDebt's argument, read only for a key in debt): tokens
 -- (units, refilled up to now and at most capacity), ts, whether u is
--- utext, and whether the key held a bucket. A key with no bucket is a full
--- one at now; a key tollgate did not write returns nil.
+-- utext, whether the key held a live bucket, and its expiry e (nil when it
+-- has none stored, or holds no bucket). A key with no bucket, or one that
+-- has expired (then the last value is true: a bucket is there to delete),
+-- is a full one at now; a key tollgate did not write returns nil.
 local function tb_read(key, now, rate, unit, utext, capacity, maxdebt)
-  local st = redis.call('HMGET', key, 't', 'ts', 'u')
+  local st = redis.call('HMGET', key, 't', 'ts', 'u', 'e')
   if not st[1] then
     return capacity, now, false, false
   end
-  local tokens, ts = tonumber(st[1]), tonumber(st[2])
+  local tokens, ts, e = tonumber(st[1]), tonumber(st[2]), st[4]
   -- u is stored as the text of the unit's argument: while the rate is the
   -- same, the texts are equal and u needs neither reading nor writing.
   local same = st[3] == utext
   local u = unit
   if not same then
     u = tonumber(st[3])
+  end
+  if e then
+    e = tonumber(e)
+    if not e then
+      return nil
+    end
+    if now >= e then
+      return capacity, now, same, false, nil, true
+    end
   end
   if not (tokens and ts and u) then
     return nil
@@ -87,16 +113,31 @@ local function tb_read(key, now, rate, unit, utext, capacity, maxdebt)
     tokens = tokens + (now - ts) * rate
     ts = now
   end
-  return math.min(tokens, capacity), ts, same, true
+  return math.min(tokens, capacity), ts, same, true, e
 end
 
--- tb_write stores tokens (units) and ts in key, and u (as utext) unless
--- same says it is stored already. The caller sets the TTL.
-local function tb_write(key, tokens, ts, same, utext)
+-- tb_write stores tokens (units), ts and the expiry e in key, and u (as
+-- utext) unless same says it is stored already. The caller sets the TTL.
+local function tb_write(key, tokens, ts, same, utext, e)
   if same then
-    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts))
+    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'e', int(e))
   else
-    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'u', utext)
+    redis.call('HSET', key, 't', int(tokens), 'ts', int(ts), 'e', int(e), 'u', utext)
+  end
+end
+
+-- tb_keep sets the TTL of the live bucket key (found: whether it is, e its
+-- stored expiry) to reset µs after now, and its e to match, after a call
+-- that wrote nothing; it deletes an expired bucket (stale), and leaves a
+-- full one (reset 0) as it is.
+local function tb_keep(key, found, e, stale, now, reset)
+  if found and reset > 0 then
+    if now + reset ~= e then
+      redis.call('HSET', key, 'e', int(now + reset))
+    end
+    expire(key, reset)
+  elseif stale then
+    redis.call('DEL', key)
   end
 end
 
@@ -106,7 +147,7 @@ local function decide(key, argv, o, now)
   local capacity = tonumber(argv[o + 3]) * unit
   local n = tonumber(argv[o + 4])
 
-  local tokens, ts, same, found = tb_read(key, now, rate, unit, argv[o + 2], capacity, argv[o + 6])
+  local tokens, ts, same, found, e, stale = tb_read(key, now, rate, unit, argv[o + 2], capacity, argv[o + 6])
   if not tokens then
     return corrupt()
   end
@@ -126,14 +167,14 @@ local function decide(key, argv, o, now)
     retry = lag + cdiv(cost - tokens, rate)
   end
   if allowed == 1 and n > 0 then
-    tb_write(key, tokens, ts, same, argv[o + 2])
+    tb_write(key, tokens, ts, same, argv[o + 2], now + reset)
     expire(key, reset)
-  elseif found and reset > 0 then
+  else
     -- A denial or a look that found the key keeps it until it is full under
-    -- this call's limit (its value stays byte for byte as it was): after a
-    -- limit change the TTL a write set may end before the retry-after
-    -- reported here.
-    expire(key, reset)
+    -- this call's limit (its tokens stay as they were, its expiry moves):
+    -- after a limit change the TTL a write set may end before the
+    -- retry-after reported here.
+    tb_keep(key, found, e, stale, now, reset)
   end
   -- Tokens below 0 are a debt (a settle charged more than the bucket
   -- held): nothing remains.

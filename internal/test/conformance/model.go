@@ -89,8 +89,9 @@ func (s *ModelStore) Reset(ctx context.Context, key string, limit tollgate.Limit
 }
 
 // ModelBackend is the reference model as a Backend. Its TTL is the model's
-// expiry: ResetAfter of the last call that found the state live, rounded up
-// to a whole millisecond, the TTL every store must give a state.
+// expiry: ResetAfter of the last call that set it, to the microsecond; a
+// store whose TTLs are whole milliseconds (Redis) keeps the state up to a
+// millisecond longer, in which it decides as no state.
 func ModelBackend() Backend {
 	return Backend{
 		New: func(t *testing.T, now func() time.Time) tollgate.Store { return NewModelStore(now) },

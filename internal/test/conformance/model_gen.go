@@ -26,6 +26,9 @@ type Gen struct {
 	last  tollgate.Result
 	// ends: draw from the corners only (see NewEndsGen).
 	ends bool
+	// short: limits whose state is full again within shortSpan (see
+	// NewShortGen).
+	short bool
 }
 
 // Call is one generated request: key number Key (of ModelKeys) at Now (µs
@@ -70,6 +73,22 @@ func NewGen(alg tollgate.Algorithm, src rand.Source) *Gen {
 func NewEndsGen(alg tollgate.Algorithm, src rand.Source) *Gen {
 	g := &Gen{rng: rand.New(src), alg: alg, ends: true}
 	g.now = g.endsInstant()
+	g.limit = g.newLimit(g.period())
+	return g
+}
+
+// shortSpan bounds the limits of NewShortGen: their periods, the time a
+// full burst takes to refill, and a shaper's maximum delay, in µs.
+const shortSpan = 20_000
+
+// NewShortGen returns a generator for alg whose limits all come back to
+// full within a few shortSpans (periods up to 20ms, bursts that refill
+// within 20ms, maximum delays up to 20ms; rates, bursts and delays changing
+// as NewGen's do), for a store that decides in real time: its state then
+// expires while the calls go on. The calls' Now is of no use there.
+func NewShortGen(alg tollgate.Algorithm, src rand.Source) *Gen {
+	g := &Gen{rng: rand.New(src), alg: alg, short: true}
+	g.now = minNow
 	g.limit = g.newLimit(g.period())
 	return g
 }
@@ -158,6 +177,9 @@ func (g *Gen) period() time.Duration {
 	if g.ends {
 		return g.endsPeriod()
 	}
+	if g.short {
+		return time.Duration(g.logUniform(1, shortSpan)) * time.Microsecond
+	}
 	round := []time.Duration{
 		time.Microsecond, 7 * time.Microsecond, time.Millisecond, 333 * time.Millisecond,
 		time.Second, 1500 * time.Millisecond, time.Minute, time.Hour, 24 * time.Hour,
@@ -214,6 +236,11 @@ func (g *Gen) newLimit(period time.Duration) tollgate.Limit {
 		}
 		if g.alg == tollgate.LeakyBucket && g.rng.IntN(2) == 0 {
 			l.MaxDelay = time.Duration(g.logUniform(1, min(3*int64(period/time.Microsecond), 1<<46))) * time.Microsecond
+		}
+		if g.short {
+			// A full burst refills within shortSpan, as a shaper's queue drains.
+			l.Burst = int(min(int64(l.Burst), max(1, shortSpan*int64(l.Rate)/int64(period/time.Microsecond))))
+			l.MaxDelay = min(l.MaxDelay, shortSpan*time.Microsecond)
 		}
 	}
 	for l.Validate() != nil {

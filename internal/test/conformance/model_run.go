@@ -15,14 +15,26 @@ import (
 
 // ModelTarget is a store checked against the reference model by
 // ModelDifferential.
+//
+// A state that has expired under the limit of the last call that set its
+// expiry decides as no state, so whether and when a store deletes it once
+// its clock has passed that instant must never show. The differentials
+// make that choice for the store, at random: before a call on a key whose
+// state the model says has expired, the state is deleted (Expire) or left
+// where it is, and now and then every expired state is deleted at once
+// (Sweep), as a store's own expiry would.
 type ModelTarget struct {
 	// New returns the store under test, reading time from now.
 	New func(tb testing.TB, now func() time.Time) tollgate.Store
-	// Expire, if set, is called before a call at or after the instant the
-	// model says the key's state expires, for a store whose expiry does not
-	// run on the test's clock (Redis expires keys in real time) to forget
-	// the state as the model does.
+	// Expire, if set, deletes key's state from the store as the store's own
+	// expiry would (Redis: DEL); without it the differentials call the
+	// store's Reset.
 	Expire func(tb testing.TB, s tollgate.Store, key string, l tollgate.Limit)
+	// Sweep, if set, makes the store drop every state that has expired at
+	// its clock, by its own means (memorystore: reclaiming its entries);
+	// without it the differentials Expire each state the model says has
+	// expired.
+	Sweep func(tb testing.TB, s tollgate.Store)
 	// Before, if set, is called before every call the model says writes
 	// nothing (a peek, a denial, a refused cost), and returns a snapshot of
 	// what the store keeps for the key, for After to compare.
@@ -43,8 +55,8 @@ type Expiry struct {
 	At   time.Time
 	// Set reports whether the call set the expiry: it wrote, or it found
 	// the state live and its ResetAfter is above 0. At is then the call's
-	// time plus ResetAfter rounded up to a whole millisecond (at least
-	// one), the TTL a store must have set.
+	// time plus ResetAfter, and a store whose TTLs are whole milliseconds
+	// (Redis) must have set ResetAfter rounded up to one.
 	Set bool
 }
 
@@ -82,6 +94,9 @@ func modelDifferential(tb testing.TB, target ModelTarget, gen *Gen, src rand.Sou
 	ctx := context.Background()
 	prefix := fmt.Sprintf("model:%d:", rand.Int64())
 	trails := make(map[string]*trail)
+	// The choices of when expired state goes: a sequence of their own, so
+	// that the calls are the same whatever is deleted.
+	drops := rand.New(rand.NewPCG(uint64(gen.alg), 0xe8b1))
 	for i := 0; i < steps; i++ {
 		if bytes != nil && bytes.Len() == 0 {
 			return
@@ -91,10 +106,13 @@ func modelDifferential(tb testing.TB, target ModelTarget, gen *Gen, src rand.Sou
 		name := stateName(key, c.Limit)
 		tr := trails[name]
 		if tr == nil {
-			tr = &trail{}
+			tr = &trail{key: key}
 			trails[name] = tr
 		}
 		clock.Set(time.UnixMicro(c.Now).Sub(T0))
+		if drops.IntN(100) == 0 {
+			sweep(tb, target, store, oracle, trails, c.Now)
+		}
 
 		// A cost the store refuses reaches no state: it expires nothing.
 		var live bool
@@ -104,7 +122,7 @@ func modelDifferential(tb testing.TB, target ModelTarget, gen *Gen, src rand.Sou
 				// What was admitted under an expired state is no longer bounded.
 				tr.forget()
 			}
-			live = expireBefore(tb, target, store, oracle, key, c.Limit, c.Now)
+			live = expireBefore(tb, target, store, oracle, key, c.Limit, c.Now, drops.IntN(2) == 0)
 		}
 		want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
 		wrote := werr == nil && want.Allowed && c.N > 0
@@ -132,21 +150,57 @@ func modelDifferential(tb testing.TB, target ModelTarget, gen *Gen, src rand.Sou
 		tr.admit(tb, i, c, got)
 		if target.After != nil && target.After(tb, store, key, c.Limit, got, wrote, before, expiryAfter(oracle, key, c.Limit, want, wrote, live)) {
 			oracle.Reset(key, c.Limit)
-			trails[name] = &trail{}
+			trails[name] = &trail{key: key}
 		}
 		gen.Saw(got)
 	}
 }
 
 // expireBefore reports whether the model holds a live state for key at now,
-// before a call; when the state has expired, the model forgets it at the
-// call, and so must the store: target's Expire is called.
-func expireBefore(tb testing.TB, target ModelTarget, s tollgate.Store, m *model.Model, key string, l tollgate.Limit, now int64) (live bool) {
+// before a call. When the state has expired, the model forgets it at the
+// call, and the store must decide as if it had too: with drop, its state
+// is deleted first (target's Expire, or Reset), as the store's own expiry
+// may have done by then; without, it is left for the store to find.
+func expireBefore(tb testing.TB, target ModelTarget, s tollgate.Store, m *model.Model, key string, l tollgate.Limit, now int64, drop bool) (live bool) {
 	exp, held := m.Expiry(key, l)
-	if held && now >= exp && target.Expire != nil {
-		target.Expire(tb, s, key, l)
+	if held && now >= exp && drop {
+		expire(tb, target, s, key, l)
 	}
 	return held && now < exp
+}
+
+// expire deletes key's state from the store: target's Expire, or Reset.
+func expire(tb testing.TB, target ModelTarget, s tollgate.Store, key string, l tollgate.Limit) {
+	tb.Helper()
+	if target.Expire != nil {
+		target.Expire(tb, s, key, l)
+		return
+	}
+	if err := s.Reset(context.Background(), key, l); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// sweep deletes every state the model says has expired at now, from the
+// store (target's Sweep, or each with expire) and from the model, which
+// would otherwise find it live again should the clock step back behind its
+// expiry before the next call on it.
+func sweep(tb testing.TB, target ModelTarget, s tollgate.Store, m *model.Model, trails map[string]*trail, now int64) {
+	tb.Helper()
+	for _, tr := range trails {
+		exp, held := m.Expiry(tr.key, tr.limit)
+		if !held || now < exp {
+			continue
+		}
+		if target.Sweep == nil {
+			expire(tb, target, s, tr.key, tr.limit)
+		}
+		m.Reset(tr.key, tr.limit)
+		tr.forget()
+	}
+	if target.Sweep != nil {
+		target.Sweep(tb, s)
+	}
 }
 
 // expiryAfter returns the model's Expiry after a call that found the state
@@ -203,6 +257,7 @@ func checkRetry(tb testing.TB, i int, m *model.Model, key string, c Call, r toll
 // failure, and the admissions since its limit last changed, to check the
 // algorithm's bound.
 type trail struct {
+	key    string
 	calls  []string
 	limit  tollgate.Limit
 	stamp  int64 // the key's time: the latest clock reading it admitted at

@@ -105,7 +105,7 @@ func (run *settleRun) settle(i int, now int64) tollgate.Result {
 	}
 	actual := drawActual(rng, res)
 	line := fmt.Sprintf("at %d settle (reserved %d at %d, actual %d) %v", now, res.n, res.at, actual, res.limit)
-	live := expireBefore(t, target, store, oracle, res.key, res.limit, now)
+	live := expireBefore(t, target, store, oracle, res.key, res.limit, now, rng.IntN(2) == 0)
 	want, wrote, werr := oracle.SettleN(res.key, res.limit, res.at, res.n, actual, now)
 	if werr != nil {
 		t.Fatalf("step %d: the model refuses %s: %v", i, line, werr)
@@ -155,7 +155,7 @@ func (run *settleRun) reserve(i int, c Call, key string, reserve bool) (tollgate
 	refused := c.N < 0 || int64(c.N) > model.Capacity(c.Limit)
 	live := false
 	if !refused {
-		live = expireBefore(t, target, store, oracle, key, c.Limit, c.Now)
+		live = expireBefore(t, target, store, oracle, key, c.Limit, c.Now, run.rng.IntN(2) == 0)
 	}
 	want, werr := oracle.AllowN(key, c.Limit, c.N, c.Now)
 	wrote := werr == nil && want.Allowed && c.N > 0
@@ -236,7 +236,9 @@ func afterCall(t *testing.T, target ModelTarget, s tollgate.Store, m *model.Mode
 // Result: the state after a settle, as a look reports it.
 func lookBoth(t *testing.T, target ModelTarget, s tollgate.Settler, m *model.Model, i int, key string, l tollgate.Limit, now int64, history map[string][]string) {
 	t.Helper()
-	live := expireBefore(t, target, s, m, key, l, now)
+	// The settle just called on this key: nothing of it has expired that
+	// it has not seen.
+	live := expireBefore(t, target, s, m, key, l, now, false)
 	want, werr := m.AllowN(key, l, 0, now)
 	var before any
 	if target.Before != nil {

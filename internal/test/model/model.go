@@ -31,14 +31,25 @@
 //     most what drains in 2^47 µs under the reading limit, and a settle
 //     charges it no further: a level left by a far faster rate of the same
 //     unit would otherwise take centuries to drain.
-//   - A state expires, and is then forgotten as if it had never been
-//     written, the way a Redis key with a TTL is: at now + ⌈ResetAfter⌉
-//     (rounded up to a whole millisecond, at least one) of the last call
-//     that found it live — the admission that wrote it, or a later denial
-//     or peek whose ResetAfter is above 0. Such a call changes only the
-//     expiry, never the state. So a state is forgotten exactly when it is
-//     back to full under the limit of the last call that saw it, and never
-//     before the RetryAfter that call reported.
+//   - A state expires at the instant it is back to full under the limit of
+//     the last call that set its expiry: now + ResetAfter of the admission
+//     that wrote it, or of a later call that found it live with a
+//     ResetAfter above 0 (a denial or a peek, which changes only the
+//     expiry, never the state; or a settle). So it is never forgotten
+//     before the RetryAfter that call reported. A settle that leaves it
+//     full (ResetAfter 0) forgets it at once.
+//   - Expiry is invisible. A state that has expired decides as no state,
+//     under any limit of its algorithm and period (whatever its Rate, Burst
+//     or MaxDelay), and the call that finds it so forgets it: a clock that
+//     then steps back behind its expiry does not find it again. So a store
+//     may delete a state at any moment once its clock has passed the
+//     state's expiry (a Redis TTL that ran out, memory reclaimed) or keep
+//     it for as long as it likes, and no decision can tell: it decides as
+//     the model does either way, as long as its clock does not step back
+//     behind that expiry before the next call on the key. (A store cannot
+//     tell otherwise: a deleted state is gone, a kept one is live again.)
+//     The model forgets an expired state only at a call on it, or when told
+//     to (Reset).
 //
 // The model does not validate limits: give it only limits that
 // tollgate.Limit.Validate accepts.
@@ -63,7 +74,7 @@ type Model struct {
 }
 
 // entry is a state and when it expires (µs since the Unix epoch): from then
-// on the key decides as if it held nothing.
+// on the key decides as if it held nothing, under any limit.
 type entry struct {
 	st      state
 	expires int64
@@ -108,13 +119,6 @@ func (m *Model) Expiry(key string, limit tollgate.Limit) (int64, bool) {
 	return e.expires, ok
 }
 
-// ttl returns how long a state is kept after a call that reports reset
-// (µs): reset rounded up to a whole millisecond, at least one, as a Redis
-// PEXPIRE of ⌈reset⌉ ms.
-func ttl(reset int64) int64 {
-	return max(1, (reset+999)/1000) * 1000
-}
-
 // Capacity returns the largest cost one request can be admitted with under
 // l: Burst for the bucket algorithms, plus, for a shaping leaky bucket, the
 // whole tokens that drain within MaxDelay (⌊MaxDelay × Rate / Period⌋); Rate
@@ -148,7 +152,7 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	l := newLim(limit)
 	e, live := m.states[sk]
 	if live && now >= e.expires {
-		delete(m.states, sk) // expired: the key holds nothing
+		delete(m.states, sk) // expired: the key holds nothing, under any limit
 		live = false
 	}
 	old := e.st
@@ -177,14 +181,14 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	}
 	switch {
 	case next != nil:
-		if !o.allowed || n == 0 {
-			panic("model: a denial or a peek wrote state") // the model's own invariant
+		if !o.allowed || n == 0 || o.reset == 0 {
+			panic("model: a denial or a peek wrote state, or an admission left it full") // the model's own invariants
 		}
-		m.states[sk] = entry{next, add(now, ttl(o.reset))}
+		m.states[sk] = entry{next, add(now, o.reset)}
 	case live && o.reset > 0:
 		// A call that found the state live keeps it until it is full under
 		// this call's limit: its content stays, its expiry moves.
-		m.states[sk] = entry{old, add(now, ttl(o.reset))}
+		m.states[sk] = entry{old, add(now, o.reset)}
 	}
 	return tollgate.Result{
 		Allowed:    o.allowed,

@@ -33,7 +33,8 @@ import (
 //
 // A key without live state is refunded nothing; a charge starts it fresh.
 // A correction writes the state, kept until it is full again as an
-// admission's; a settle that corrects nothing is a look.
+// admission's (a correction that leaves it full forgets it); a settle that
+// corrects nothing is a look.
 
 // MaxDebt returns how much more than Capacity a key may owe under l after
 // an extra charge: Rate for the fixed window and the sliding log; for the
@@ -93,7 +94,11 @@ func (m *Model) SettleN(key string, limit tollgate.Limit, at int64, reserved, ac
 	// state is kept until it is full again.
 	m.states[sk] = entry{next, now + 1}
 	r, err := m.AllowN(key, limit, 0, now)
-	m.states[sk] = entry{next, add(now, ttl(int64(r.ResetAfter/time.Microsecond)))}
+	if reset := int64(r.ResetAfter / time.Microsecond); reset > 0 {
+		m.states[sk] = entry{next, add(now, reset)}
+	} else {
+		delete(m.states, sk) // full: it expires now
+	}
 	return r, true, err
 }
 

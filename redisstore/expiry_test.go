@@ -1,0 +1,109 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/test/conformance"
+	"github.com/tollgate/tollgate/internal/test/model"
+	"github.com/tollgate/tollgate/redisstore"
+)
+
+// TestBucketWithoutExpiry: a bucket stored without its expiry e, as
+// tollgate wrote buckets before it stored e, decides as the model does
+// while its state is live, and takes the model's expiry from the first call
+// that sets its TTL: a write, a settle, or a denial or look that finds it
+// not full. A look that finds it full leaves it as it is.
+func TestBucketWithoutExpiry(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	tb := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	tbWide := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}
+	tbNarrow := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second, Burst: 2}
+	lb := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 10}
+	lbSlow := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 10}
+	lbShaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 2, MaxDelay: time.Second}
+	type call struct {
+		at     time.Duration
+		limit  tollgate.Limit
+		n      int
+		settle int // > 0: settle the first call's reservation to settle − 1 instead
+	}
+	for _, tc := range []struct {
+		name  string
+		first call // admitted, then its e deleted
+		then  []call
+	}{
+		{"a look under the same limit", call{0, tb, 5, 0}, []call{{100 * ms, tb, 0, 0}, {200 * ms, tb, 1, 0}}},
+		{"a look under a higher burst", call{0, tb, 5, 0}, []call{{100 * ms, tbWide, 0, 0}, {700 * ms, tbWide, 0, 0}}},
+		{"a look that finds it full under a lower burst", call{0, tb, 5, 0}, []call{{100 * ms, tbNarrow, 0, 0}, {200 * ms, tb, 0, 0}}},
+		{"a denial under a higher burst", call{0, tb, 10, 0}, []call{{100 * ms, tbWide, 15, 0}}},
+		{"a write under a higher burst", call{0, tb, 5, 0}, []call{{100 * ms, tbWide, 1, 0}, {600 * ms, tbWide, 0, 0}}},
+		{"a settle", call{0, tb, 5, 0}, []call{{100 * ms, tb, 0, 3}, {150 * ms, tb, 0, 0}}},
+		{"a leaky bucket's look at a slower rate", call{0, lb, 5, 0}, []call{{100 * ms, lbSlow, 0, 0}, {2 * time.Second, lbSlow, 1, 0}}},
+		{"a leaky bucket's denial", call{0, lb, 8, 0}, []call{{100 * ms, lb, 4, 0}, {200 * ms, lb, 3, 0}}},
+		{"a shaper's delay", call{0, lbShaper, 2, 0}, []call{{50 * ms, lbShaper, 5, 0}, {100 * ms, lbShaper, 0, 0}}},
+		{"a leaky bucket's settle", call{0, lb, 5, 0}, []call{{100 * ms, lb, 0, 9}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rdb := standalone(t)
+			clock := conformance.NewClock()
+			s := redisstore.New(rdb, redisstore.WithClock(clock.Now))
+			m := model.New()
+			k := key(t)
+			name := s.Key(k, tc.first.limit)
+			now := func() int64 { return clock.Now().UnixMicro() }
+			_, at, err := s.ReserveN(ctx, k, tc.first.limit, tc.first.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.AllowN(k, tc.first.limit, tc.first.n, now()); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.HDel(ctx, name, "e").Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range tc.then {
+				clock.Set(c.at)
+				exp, held := m.Expiry(k, c.limit)
+				live := held && now() < exp
+				var got, want tollgate.Result
+				var wrote bool
+				if c.settle > 0 {
+					got, err = s.SettleN(ctx, k, c.limit, at, tc.first.n, c.settle-1)
+					want, wrote, _ = m.SettleN(k, c.limit, at, tc.first.n, c.settle-1, now())
+				} else {
+					got, err = s.AllowN(ctx, k, c.limit, c.n)
+					want, _ = m.AllowN(k, c.limit, c.n, now())
+					wrote = want.Allowed && c.n > 0
+				}
+				if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				if got != want {
+					t.Fatalf("call %d (at %v, n %d, %v):\n got %+v\nwant %+v", i, c.at, c.n, c.limit, got, want)
+				}
+				e, err := rdb.HGet(ctx, name, "e").Int64()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					t.Fatal(err)
+				}
+				next, held := m.Expiry(k, c.limit)
+				switch set := wrote || live && want.ResetAfter > 0; {
+				case !held:
+					t.Fatalf("call %d: the model holds nothing: a case must keep the bucket live", i)
+				case set && (err != nil || e != next):
+					t.Errorf("call %d set the expiry: e = %d (%v), want the model's %d", i, e, err, next)
+				case !set && i == 0 && err == nil:
+					t.Errorf("call %d left the expiry as it was: e = %d, want none", i, e)
+				}
+			}
+		})
+	}
+}
