@@ -438,7 +438,13 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 	for i := range items {
 		a := &answers[i]
 		if a.decided && items[i].rule.Concurrency == nil && rated(a.o) {
-			hds = append(hds, headerDecision(items[i].rule, a.o, a.res))
+			hd := headerDecision(items[i].rule, a.o, a.res)
+			if s.envoy.compat && a.o != engine.Allowed {
+				// spend spent what was left (spendDenied) and answered
+				// limit_remaining 0: the fields say the same.
+				hd.Result.Remaining = 0
+			}
+			hds = append(hds, hd)
 		}
 	}
 	if inResponse {
