@@ -21,6 +21,7 @@ type serveFlags struct {
 	pipeline    time.Duration
 	timeout     time.Duration
 	failureMode string
+	failRetry   time.Duration
 	shadow      bool
 	watch       bool
 	rulesFiles  rulesFileFlags
@@ -117,6 +118,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
 	fs.DurationVar(&f.timeout, "timeout", enforce.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
+	fs.DurationVar(&f.failRetry, "fail-closed-retry-after", service.DefaultFailClosedRetryAfter, "Retry-After (and duration_until_reset) of an answer over the limit because a rule failed closed: when to come back, unless a denial waits longer")
 	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
 	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
 	f.rulesFiles.register(fs)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -346,8 +347,11 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 	default:
 		a.o, a.res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	}
-	if a.o == engine.Denied && r.DryRun {
+	switch {
+	case a.o == engine.Denied && r.DryRun:
 		a.o = engine.DryRunDenied
+	case a.o == engine.FailedClosed:
+		st.DurationUntilReset = roundUp(s.failRetry, reset)
 	}
 	st.Code = pb.RateLimitResponse_OK
 	if a.o.Blocks() {
@@ -428,15 +432,21 @@ func (s *Server) overall(via api, items []item, answers []answered) pb.RateLimit
 // policy per descriptor a rate decided, named after its rule: into its
 // response_headers_to_add when inResponse, else into the header it
 // returns (nil when there are none). A concurrency rule's slots are not a
-// rate, and neither is a charge or a failure mode's answer.
+// rate, and neither is a charge or a failure mode's answer; but a request
+// turned away because a rule failed closed gets a Retry-After
+// (WithFailClosedRetryAfter).
 func (s *Server) headerFields(p *parts, items []item, answers []answered, inResponse bool) http.Header {
 	if s.hdr.flavor == 0 {
 		return nil
 	}
 	var stack [4]headers.Decision
 	hds := stack[:0]
+	var failWait time.Duration
 	for i := range items {
 		a := &answers[i]
+		if a.o == engine.FailedClosed && p.resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+			failWait = s.failRetry
+		}
 		if a.decided && items[i].rule.Concurrency == nil && rated(a.o) {
 			hd := headerDecision(items[i].rule, a.o, a.res)
 			if s.envoy.compat && a.o != engine.Allowed {
@@ -448,8 +458,8 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 		}
 	}
 	if inResponse {
-		s.addHeaders(p, hds, p.resp.OverallCode)
+		s.addHeaders(p, hds, failWait, p.resp.OverallCode)
 		return nil
 	}
-	return s.httpHeader(hds, p.resp.OverallCode)
+	return s.httpHeader(hds, failWait, p.resp.OverallCode)
 }

@@ -32,6 +32,27 @@ func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = 
 // enforce.FailClosed (config.FailureMode is the same type).
 func WithFailureMode(m enforce.FailureMode) Option { return func(s *Server) { s.failMode = m } }
 
+// DefaultFailClosedRetryAfter is when a client turned away because a rule
+// failed closed is told to come back unless WithFailClosedRetryAfter says
+// otherwise: a second, as the middleware tells it
+// (enforce.WithFailClosedRetryAfter).
+const DefaultFailClosedRetryAfter = time.Second
+
+// WithFailClosedRetryAfter sets when a client turned away because a rule
+// failed closed (its store failed or missed the deadline) should come back
+// (default DefaultFailClosedRetryAfter): the Retry-After of the answer,
+// unless a denial of the same request waits longer, and the
+// duration_until_reset of the descriptor. No store said when the limit
+// frees up, so this is a guess at when the store is back: keep it short. d
+// ≤ 0 keeps the default.
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return func(s *Server) {
+		if d > 0 {
+			s.failRetry = d
+		}
+	}
+}
+
 // WithDryRun makes the whole service a dry run, as envoyproxy/ratelimit's
 // global SHADOW_MODE does: every decision is made and counted, but the
 // overall answer is always OK, so that limits can be watched before they

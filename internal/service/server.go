@@ -37,7 +37,8 @@ type Server struct {
 
 	// How it decides and answers: set by the options, read-only once New
 	// returns.
-	failMode enforce.FailureMode // of rules without their own
+	failMode  enforce.FailureMode // of rules without their own
+	failRetry time.Duration       // the Retry-After of a fail-closed answer
 	dryRun   bool                // the global dry run: every overall answer is OK
 	parallel bool                // a request's store calls at once
 	max      bounds              // on one request (limits.go)
@@ -66,7 +67,8 @@ type Server struct {
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
 		store:    store,
-		failMode: enforce.FailOpen,
+		failMode:  enforce.FailOpen,
+		failRetry: DefaultFailClosedRetryAfter,
 		max:      bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
 		envoy:    envoyWays{nearLimitRatio: DefaultNearLimitRatio},
 		hdr:      headerStyle{flavor: headers.Draft},
