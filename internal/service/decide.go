@@ -51,7 +51,7 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 	n := len(req.GetDescriptors())
 	var itemStack [4]item
 	items := fit(itemStack[:], n)
-	s.match(req, marks, items)
+	s.match(via, req, marks, items)
 	dropReplaced(items)
 	if err := s.checkMatched(via, items); err != nil {
 		return nil, nil, err
@@ -177,13 +177,14 @@ func (s *Server) stripMarks(via api, req *pb.RateLimitRequest) (*pb.RateLimitReq
 	return out, marks, nil
 }
 
-// match finds the rule of each descriptor of req among the rules in force
-// and fills items, one per descriptor, with it and with what the
-// descriptor's marks said (marks nil: nothing). A descriptor of an unknown
-// domain, or that no rule matches, has no rule and is counted in
-// tollgate_serve_no_rule_total. A descriptor carrying its own limit has
-// that limit for a rule, in a known domain.
-func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
+// match finds the rule of each descriptor of req, which came via, among
+// the rules in force and fills items, one per descriptor, with it and with
+// what the descriptor's marks said (marks nil: nothing). A descriptor of an
+// unknown domain, or that no rule matches, has no rule: it is counted in
+// tollgate_serve_no_rule_total and logged, sampled (unmatched.go). A
+// descriptor carrying its own limit has that limit for a rule, in a known
+// domain.
+func (s *Server) match(via api, req *pb.RateLimitRequest, marks []mark, items []item) {
 	sn := s.snap.Load()
 	var rules *config.Rules
 	if sn != nil {
@@ -198,6 +199,7 @@ func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
 		switch {
 		case !known:
 			s.m.noRule[noRuleDomain].Inc()
+			s.logUnmatched(via, noRuleDomain, req.Domain, d.GetEntries(), rules)
 		case d.GetLimit() != nil:
 			l := d.GetLimit()
 			it.rule = config.OverrideRule(req.Domain, config.Unit(l.GetUnit()), l.GetRequestsPerUnit(), l.GetUnitMultiplier().GetValue())
@@ -205,6 +207,7 @@ func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
 			it.rule = config.Lookup(rules, req.Domain, d.GetEntries())
 			if it.rule == nil {
 				s.m.noRule[noRuleMatch].Inc()
+				s.logUnmatched(via, noRuleMatch, req.Domain, d.GetEntries(), rules)
 			} else {
 				it.state = &sn.per[it.rule.Index]
 			}

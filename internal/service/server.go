@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,8 @@ type Server struct {
 	logEvery time.Duration       // the engine's failure-log interval
 
 	// What it reports.
-	log   *slog.Logger
+	log       *slog.Logger
+	unmatched unmatchedLog // descriptors that matched no rule, sampled (unmatched.go)
 	now   func() time.Time
 	reg   *prometheus.Registry
 	m     *metrics
@@ -105,6 +107,7 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
 	}
+	s.unmatched = unmatchedLog{every: s.logEvery, seed: maphash.MakeSeed()}
 	s.engine = engine.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()
