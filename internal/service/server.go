@@ -40,21 +40,21 @@ type Server struct {
 	// returns.
 	failMode  enforce.FailureMode // of rules without their own
 	failRetry time.Duration       // the Retry-After of a fail-closed answer
-	dryRun   bool                // the global dry run: every overall answer is OK
-	parallel bool                // a request's store calls at once
-	max      bounds              // on one request (limits.go)
-	envoy    envoyWays           // envoyproxy/ratelimit's (envoy.go)
-	hdr      headerStyle         // the rate-limit header fields (headers.go)
-	timeout  time.Duration       // the engine's deadline
-	logEvery time.Duration       // the engine's failure-log interval
+	dryRun    bool                // the global dry run: every overall answer is OK
+	parallel  bool                // a request's store calls at once
+	max       bounds              // on one request (limits.go)
+	envoy     envoyWays           // envoyproxy/ratelimit's (envoy.go)
+	hdr       headerStyle         // the rate-limit header fields (headers.go)
+	timeout   time.Duration       // the engine's deadline
+	logEvery  time.Duration       // the engine's failure-log interval
 
 	// What it reports.
 	log       *slog.Logger
 	unmatched unmatchedLog // descriptors that matched no rule, sampled (unmatched.go)
-	now   func() time.Time
-	reg   *prometheus.Registry
-	m     *metrics
-	stats *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go)
+	now       func() time.Time
+	reg       *prometheus.Registry
+	m         *metrics
+	stats     *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go)
 
 	// Whether it should get traffic (health.go).
 	health   *health.Server
@@ -68,16 +68,16 @@ type Server struct {
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
-		store:    store,
+		store:     store,
 		failMode:  enforce.FailOpen,
 		failRetry: DefaultFailClosedRetryAfter,
-		max:      bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
-		envoy:    envoyWays{nearLimitRatio: DefaultNearLimitRatio},
-		hdr:      headerStyle{flavor: headers.Draft},
-		timeout:  enforce.DefaultTimeout,
-		logEvery: enforce.DefaultLogInterval,
-		now:      time.Now,
-		health:   health.NewServer(),
+		max:       bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
+		envoy:     envoyWays{nearLimitRatio: DefaultNearLimitRatio},
+		hdr:       headerStyle{flavor: headers.Draft},
+		timeout:   enforce.DefaultTimeout,
+		logEvery:  enforce.DefaultLogInterval,
+		now:       time.Now,
+		health:    health.NewServer(),
 	}
 	for _, o := range opts {
 		o(s)
