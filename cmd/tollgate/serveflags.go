@@ -46,6 +46,7 @@ type serveFlags struct {
 // Hardening).
 type requestBounds struct {
 	descriptors, entries, hits, bytes int
+	metricNames, metricNameBytes      int
 	uriHeader, methodHeader           string
 }
 
@@ -54,6 +55,8 @@ func (b *requestBounds) register(fs *flag.FlagSet) {
 	fs.IntVar(&b.entries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor; more is invalid")
 	fs.IntVar(&b.hits, "max-hits", service.DefaultMaxHits, "largest hits_addend a caller may send; more is invalid (a sliding_window_log rule writes one entry per hit)")
 	fs.IntVar(&b.bytes, "max-request-bytes", service.DefaultMaxRequestBytes, "largest gRPC message or /json body; more is refused (ResourceExhausted, HTTP 413)")
+	fs.IntVar(&b.metricNames, "max-metric-names", service.DefaultMaxMetricNames, "most statistics names taken from requests (detailed_metric, value_to_metric, a descriptor's own limit) with series of their own; later new ones are counted under <domain>."+service.OverflowName)
+	fs.IntVar(&b.metricNameBytes, "max-metric-name-bytes", service.DefaultMaxMetricNameBytes, "longest statistics name taken from a request with series of its own; longer ones are counted under <domain>."+service.OverflowName)
 }
 
 // registerAuth registers the flags naming the headers the auth endpoint
@@ -67,13 +70,15 @@ func (b *requestBounds) options() ([]service.Option, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"--max-descriptors", b.descriptors}, {"--max-entries", b.entries}, {"--max-hits", b.hits}, {"--max-request-bytes", b.bytes}} {
+	}{{"--max-descriptors", b.descriptors}, {"--max-entries", b.entries}, {"--max-hits", b.hits}, {"--max-request-bytes", b.bytes},
+		{"--max-metric-names", b.metricNames}, {"--max-metric-name-bytes", b.metricNameBytes}} {
 		if v.n <= 0 {
 			return nil, fmt.Errorf("%s %d: want a positive number", v.name, v.n)
 		}
 	}
 	return []service.Option{service.WithMaxDescriptors(b.descriptors), service.WithMaxEntries(b.entries),
-		service.WithMaxHits(b.hits), service.WithMaxRequestBytes(b.bytes)}, nil
+		service.WithMaxHits(b.hits), service.WithMaxRequestBytes(b.bytes),
+		service.WithMaxMetricNames(b.metricNames), service.WithMaxMetricNameBytes(b.metricNameBytes)}, nil
 }
 
 // multiFlag is a flag that may be given several times.

@@ -370,28 +370,31 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 func (s *Server) count(req *pb.RateLimitRequest, items []item, answers []answered) {
 	for i, d := range req.GetDescriptors() {
 		it, a := &items[i], &answers[i]
-		switch {
-		case a.decided:
-			s.countDecision(it, d.GetEntries(), a.o)
-			s.countHits(s.statsFor(it, d.GetEntries()), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
-		case a.o == engine.Unlimited: // envoy's statistics leave unlimited rules out
-			s.countDecision(it, d.GetEntries(), a.o)
+		if !a.decided && a.o != engine.Unlimited {
+			continue
+		}
+		name := "" // the rule's own, kept in its state
+		if it.state == nil || it.rule.HasValueToMetric() {
+			// detailed_metric, value_to_metric and override limits: the
+			// name depends on the request, within bounds (metricnames.go).
+			name = s.names.of(it.rule, d.GetEntries())
+		}
+		s.countDecision(it, name, a.o)
+		if a.decided { // envoy's statistics leave unlimited rules out
+			s.countHits(s.statsFor(it, name), it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res)
 		}
 	}
 }
 
-// countDecision counts outcome o of a descriptor of entries in
-// tollgate_serve_decisions_total.
-func (s *Server) countDecision(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o engine.Outcome) {
-	r := it.rule
-	if it.state != nil && !r.HasValueToMetric() {
+// countDecision counts outcome o of a descriptor of the rule of it in
+// tollgate_serve_decisions_total, under statistics name name ("": the
+// rule's own).
+func (s *Server) countDecision(it *item, name string, o engine.Outcome) {
+	if name == "" {
 		it.state.counter(s.m, o).Inc()
 		return
 	}
-	// detailed_metric, value_to_metric and override limits: the name
-	// depends on the request (as in envoyproxy/ratelimit, mind the
-	// cardinality).
-	s.m.decisions.WithLabelValues(r.Domain, config.MetricID(r, entries), decisionLabels[o]).Inc()
+	s.m.decisions.WithLabelValues(it.rule.Domain, name, decisionLabels[o]).Inc()
 }
 
 // overall is the request's overall code, which it counts as the answer to

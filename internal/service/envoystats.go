@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
@@ -102,10 +101,11 @@ type envoyCounters struct {
 	p atomic.Pointer[ruleStats]
 }
 
-// statsFor returns the statistics of a descriptor with entries of rule it.
-func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *ruleStats {
+// statsFor returns the statistics of a descriptor of the rule of it under
+// statistics name name ("": the rule's own).
+func (s *Server) statsFor(it *item, name string) *ruleStats {
 	r := it.rule
-	if it.state != nil && !r.HasValueToMetric() {
+	if name == "" {
 		if rs := it.state.envoy.p.Load(); rs != nil {
 			return rs
 		}
@@ -113,7 +113,7 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 		it.state.envoy.p.Store(rs)
 		return rs
 	}
-	return s.stats.forName(r.Domain, config.MetricID(r, entries))
+	return s.stats.forName(r.Domain, name)
 }
 
 // countHits adds a decided descriptor's n hits to the statistics of its

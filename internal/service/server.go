@@ -54,7 +54,10 @@ type Server struct {
 	now       func() time.Time
 	reg       *prometheus.Registry
 	m         *metrics
-	stats     *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go)
+	stats     *envoyStats  // envoyproxy/ratelimit's statistics (envoystats.go)
+	names     *metricNames // the request-dependent statistics names kept (metricnames.go)
+
+	maxNames, maxNameBytes int // the bounds of names (WithMaxMetricNames, WithMaxMetricNameBytes)
 
 	// Whether it should get traffic (health.go).
 	health   *health.Server
@@ -68,16 +71,18 @@ type Server struct {
 // /readyz says not ready.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
-		store:     store,
-		failMode:  enforce.FailOpen,
-		failRetry: DefaultFailClosedRetryAfter,
-		max:       bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
-		envoy:     envoyWays{nearLimitRatio: DefaultNearLimitRatio},
-		hdr:       headerStyle{flavor: headers.Draft},
-		timeout:   enforce.DefaultTimeout,
-		logEvery:  enforce.DefaultLogInterval,
-		now:       time.Now,
-		health:    health.NewServer(),
+		store:        store,
+		failMode:     enforce.FailOpen,
+		failRetry:    DefaultFailClosedRetryAfter,
+		max:          bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
+		envoy:        envoyWays{nearLimitRatio: DefaultNearLimitRatio},
+		hdr:          headerStyle{flavor: headers.Draft},
+		timeout:      enforce.DefaultTimeout,
+		logEvery:     enforce.DefaultLogInterval,
+		maxNames:     DefaultMaxMetricNames,
+		maxNameBytes: DefaultMaxMetricNameBytes,
+		now:          time.Now,
+		health:       health.NewServer(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -102,6 +107,9 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	}
 	s.m = m
 	s.stats = newEnvoyStats()
+	if s.names, err = newMetricNames(s.reg, s.maxNames, s.maxNameBytes); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
 	for _, c := range s.stats.collectors() {
 		if err := s.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
