@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,6 +71,7 @@ func TestServeGRPCMetadataBound(t *testing.T) {
 		{"128 fields of 8 KiB", many, "refused"},
 	} {
 		got := rawCall(t, p.grpc, tc.fields, msg)
+		t.Logf("raw HTTP/2 call, %s of metadata: %s", tc.name, got)
 		if tc.want == "refused" && got != "grpc-status 0" {
 			got = "refused"
 		}
@@ -193,9 +196,10 @@ func awaitMetric(t *testing.T, p *proc, prefix string, want float64) {
 // TestServeGRPCWaitingCallsBounded: calls whose headers came but whose
 // message does not hold their metadata; however many connections they
 // come on, at most --grpc-max-waiting-calls (1024) wait at once, and the
-// calls past them are refused (RESOURCE_EXHAUSTED) until some end. A call
-// waits for its message at most --grpc-message-timeout; then it is
-// cancelled and its room is free for others.
+// calls past them are refused until some end: cancelled at once when they
+// send no message, RESOURCE_EXHAUSTED when they do. A call waits for its
+// message at most --grpc-message-timeout; then it is cancelled and its
+// room is free for others.
 func TestServeGRPCWaitingCallsBounded(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
@@ -214,20 +218,30 @@ func TestServeGRPCWaitingCallsBounded(t *testing.T) {
 			}
 		}
 		awaitMetric(t, p, "tollgate_serve_grpc_waiting_calls", bound)
-		awaitMetric(t, p, `tollgate_serve_grpc_stalled_calls_total{reason="too_many"}`, conns*each-bound)
-		refused := 0
-		for _, c := range calls {
-			select {
-			case err := <-c:
-				if status.Code(err) != codes.ResourceExhausted {
-					t.Fatalf("a call past the bound ended with %v, want RESOURCE_EXHAUSTED", err)
+		// The calls past the bound end, and the others still wait.
+		ended := 0
+		testkit.Eventually(t, "the calls past the bound ended", func() bool {
+			for i, c := range calls {
+				select {
+				case err := <-c:
+					if status.Code(err) != codes.Canceled {
+						t.Fatalf("a call past the bound ended with %v, want CANCELLED", err)
+					}
+					calls[i] = nil
+					ended++
+				default:
 				}
-				refused++
-			default:
 			}
+			return ended >= conns*each-bound
+		})
+		if got, want := p.metric("tollgate_serve_grpc_waiting_calls"), float64(bound); got != want {
+			t.Errorf("%v calls waiting once the others ended, want %v", got, want)
 		}
-		if got, want := refused, conns*each-bound; got != want {
-			t.Errorf("%d of %d stalled calls refused, want %d", got, conns*each, want)
+		if _, err := p.rls.ShouldRateLimit(ctx, request("reload", desc("k", randomID()))); status.Code(err) != codes.ResourceExhausted {
+			t.Errorf("a call with its message while %d wait: %v, want RESOURCE_EXHAUSTED", bound, err)
+		}
+		if got, want := p.metric(`tollgate_serve_grpc_stalled_calls_total{reason="too_many"}`), float64(conns*each-bound+1); got != want {
+			t.Errorf("calls refused: %v, want %v", got, want)
 		}
 		cancel() // the clients give up: their calls end, and room is free
 		awaitMetric(t, p, "tollgate_serve_grpc_waiting_calls", 0)
@@ -267,4 +281,115 @@ func TestServeGRPCWaitingCallsBounded(t *testing.T) {
 		awaitMetric(t, p, "tollgate_serve_grpc_waiting_calls", 0)
 		p.ask(request("reload", desc("k", randomID())))
 	})
+}
+
+// TestServeGRPCRefusedCallsKeepNothing: calls refused past the bound keep
+// nothing once they are refused, even those asking for a deadline that
+// never comes (grpc-go keeps the timer of a deadline until it passes for
+// a call that its tap refuses, 300 to 450 bytes): 40,000 of them on one
+// connection, each asking for 99,999,999 hours, leave the heap as it was,
+// give or take.
+func TestServeGRPCRefusedCallsKeepNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesFile(10))
+	debug := freePort(t)
+	p := startTollgate(t, "serve", "--config", path, "--grpc-max-waiting-calls", "1", "--grpc-message-timeout", "10m", "--debug", debug)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stalled := stalledCall(ctx, p.conn, 0)
+	awaitMetric(t, p, "tollgate_serve_grpc_waiting_calls", 1)
+	heap := func() float64 {
+		t.Helper()
+		resp, err := http.Get("http://" + debug + "/debug/pprof/heap?gc=1") // collects first
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return p.metric("go_memstats_heap_inuse_bytes")
+	}
+	before := heap()
+	const calls = 40_000
+	floodHeaders(t, p.grpc, calls, "99999999H")
+	if got := p.metric(`tollgate_serve_grpc_stalled_calls_total{reason="too_many"}`); got != calls {
+		t.Errorf("%v calls refused, want %d", got, calls)
+	}
+	grown := heap() - before
+	t.Logf("heap after %d refused calls: %+.1f MB", calls, grown/1e6)
+	if grown > 7e6 {
+		t.Errorf("heap grew by %.1f MB after %d refused calls, want them to keep nothing (at most 7 MB of noise)", grown/1e6, calls)
+	}
+	cancel()
+	<-stalled
+}
+
+// floodHeaders opens n calls on a connection of its own, one HEADERS frame
+// each asking for deadline timeout (grpc-timeout), never sending a message,
+// opening each once the server has ended enough of the others to keep
+// within its limit of streams, and returns once the server has ended all.
+func floodHeaders(t *testing.T, addr string, n int, timeout string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	conn.Write([]byte(http2.ClientPreface))
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{}, 1024)
+	go func() {
+		seen := map[uint32]bool{} // a call may end with trailers and a reset both
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				close(ended)
+				return
+			}
+			id := f.Header().StreamID
+			switch f := f.(type) {
+			case *http2.RSTStreamFrame:
+			case *http2.MetaHeadersFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+			default:
+				continue
+			}
+			if !seen[id] {
+				seen[id] = true
+				ended <- struct{}{}
+			}
+		}
+	}()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	open := 0
+	for i := range n {
+		for open >= 512 { // well within --grpc-max-concurrent-streams
+			if _, ok := <-ended; !ok {
+				t.Fatalf("the connection ended after %d calls", i)
+			}
+			open--
+		}
+		block.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", shouldRateLimit}, {":authority", addr},
+			{"content-type", "application/grpc"}, {"te", "trailers"}, {"grpc-timeout", timeout}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		open++
+	}
+	for ; open > 0; open-- {
+		if _, ok := <-ended; !ok {
+			t.Fatalf("the connection ended with %d calls open", open)
+		}
+	}
 }
