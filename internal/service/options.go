@@ -21,8 +21,8 @@ type Option func(*Server)
 // Requests starting within a millisecond of each other share one timer, so
 // a request may get up to a millisecond more. A caller's own deadline that
 // comes sooner (Envoy's filter sends 20 ms by default) bounds the store
-// calls instead, less a reserve for the answer's way back (a quarter of the
-// time the caller has left, at most 10 ms), so that a slow store is
+// calls instead, less a reserve for the answer's way back (half the time
+// the caller has left, at most 10 ms), so that a slow store is
 // answered by failure mode while the caller still waits. 0 sets no
 // deadline at all, for a store that never waits (memorystore).
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
