@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -30,6 +31,9 @@ type connFlags struct {
 	grpcMinPing        time.Duration
 	grpcMaxStreams     uint
 	grpcHandshakeLimit time.Duration
+	grpcMaxHeaderBytes int
+	grpcMaxWaiting     int
+	grpcMessageTimeout time.Duration
 }
 
 // registerHTTP registers the HTTP server's bounds. writeDefault is the
@@ -57,6 +61,9 @@ func (c *connFlags) registerGRPC(fs *flag.FlagSet) {
 	fs.DurationVar(&c.grpcMinPing, "grpc-min-ping-interval", 10*time.Second, "gRPC: close a connection whose client pings more often than this")
 	fs.UintVar(&c.grpcMaxStreams, "grpc-max-concurrent-streams", 1024, "gRPC: most calls in flight on one connection; a client wanting more waits or opens another connection")
 	fs.DurationVar(&c.grpcHandshakeLimit, "grpc-handshake-timeout", 10*time.Second, "gRPC: longest time a new connection may take to send its HTTP/2 preface and settings")
+	fs.IntVar(&c.grpcMaxHeaderBytes, "grpc-max-header-bytes", 64<<10, "gRPC: largest metadata (header list) of one call, in bytes; a call with more is refused")
+	fs.IntVar(&c.grpcMaxWaiting, "grpc-max-waiting-calls", 1024, "gRPC: most calls, over all connections, whose headers came and whose request message has not; more are refused (RESOURCE_EXHAUSTED)")
+	fs.DurationVar(&c.grpcMessageTimeout, "grpc-message-timeout", 10*time.Second, "gRPC: longest time a call may take to send its request message after its headers; a slower one is cancelled")
 }
 
 // check rejects bounds that would switch a protection off by accident.
@@ -72,7 +79,7 @@ func (c *connFlags) check(grpcToo, debug bool) error {
 	if grpcToo {
 		bs = append(bs, bound{"--grpc-max-connection-idle", c.grpcMaxConnIdle}, bound{"--grpc-keepalive-time", c.grpcKeepalive},
 			bound{"--grpc-keepalive-timeout", c.grpcKeepaliveWait}, bound{"--grpc-min-ping-interval", c.grpcMinPing},
-			bound{"--grpc-handshake-timeout", c.grpcHandshakeLimit})
+			bound{"--grpc-handshake-timeout", c.grpcHandshakeLimit}, bound{"--grpc-message-timeout", c.grpcMessageTimeout})
 	}
 	for _, b := range bs {
 		if b.d <= 0 {
@@ -84,6 +91,12 @@ func (c *connFlags) check(grpcToo, debug bool) error {
 	}
 	if grpcToo && (c.grpcMaxStreams == 0 || c.grpcMaxStreams > 1<<31-1) {
 		return fmt.Errorf("--grpc-max-concurrent-streams %d: want 1 to %d", c.grpcMaxStreams, 1<<31-1)
+	}
+	if grpcToo && (c.grpcMaxHeaderBytes < 4<<10 || c.grpcMaxHeaderBytes > 1<<31-1) {
+		return fmt.Errorf("--grpc-max-header-bytes %d: want 4096 to %d", c.grpcMaxHeaderBytes, 1<<31-1)
+	}
+	if grpcToo && c.grpcMaxWaiting <= 0 {
+		return fmt.Errorf("--grpc-max-waiting-calls %d: want a positive number", c.grpcMaxWaiting)
 	}
 	return nil
 }
@@ -124,13 +137,21 @@ func (c *connFlags) debugServer(h http.Handler, log *slog.Logger) *http.Server {
 const grpcStreamWorkers = 64
 
 // grpcOptions returns the gRPC server options that apply the bounds, and
-// the server's stream workers. Read and write buffers (32 KiB each),
-// flow-control windows and a shared write buffer stay at grpc-go's
+// the server's stream workers; the bound on calls waiting for their
+// message registers its metrics on reg. Read and write buffers (32 KiB
+// each), flow-control windows and a shared write buffer stay at grpc-go's
 // defaults: 8 and 64 KiB buffers, static 1 MiB windows and the shared
 // buffer measured no better for the service's small messages.
-func (c *connFlags) grpcOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+func (c *connFlags) grpcOptions(reg prometheus.Registerer) ([]grpc.ServerOption, error) {
+	wait := newWaitingCalls(c.grpcMaxWaiting, c.grpcMessageTimeout)
+	if err := wait.register(reg); err != nil {
+		return nil, err
+	}
+	return append(wait.options(),
 		grpc.NumStreamWorkers(grpcStreamWorkers),
+		// grpc-go's own bound is 16 MiB a call; it tells clients this
+		// one in its settings, and refuses a call past it (RST_STREAM).
+		grpc.MaxHeaderListSize(uint32(c.grpcMaxHeaderBytes)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: c.grpcMaxConnIdle,
 			Time:              c.grpcKeepalive,
@@ -144,5 +165,5 @@ func (c *connFlags) grpcOptions() []grpc.ServerOption {
 		}),
 		grpc.MaxConcurrentStreams(uint32(c.grpcMaxStreams)),
 		grpc.ConnectionTimeout(c.grpcHandshakeLimit),
-	}
+	), nil
 }

@@ -198,6 +198,12 @@ func TestConnectionBoundsValidated(t *testing.T) {
 		{[]string{"serve", "--grpc-max-concurrent-streams", "0"}, "--grpc-max-concurrent-streams 0"},
 		{[]string{"serve", "--debug", "127.0.0.1:0", "--debug-write-timeout", "0"}, "--debug-write-timeout 0s"},
 		{[]string{"serve", "--max-header-bytes", "100"}, "--max-header-bytes 100: want at least 4096"},
+		{[]string{"serve", "--grpc-max-header-bytes", "100"}, "--grpc-max-header-bytes 100: want 4096 to"},
+		{[]string{"serve", "--grpc-max-waiting-calls", "0"}, "--grpc-max-waiting-calls 0: want a positive number"},
+		{[]string{"serve", "--grpc-message-timeout", "0"}, "--grpc-message-timeout 0s: want a positive duration"},
+		{[]string{"serve", "--config", "rules.yaml", "--max-metric-names", "0"}, "--max-metric-names 0: want a positive number"},
+		{[]string{"serve", "--config", "rules.yaml", "--max-metric-name-bytes", "-1"}, "--max-metric-name-bytes -1: want a positive number"},
+		{[]string{"serve", "--config", "rules.yaml", "--fail-closed-retry-after", "0"}, "--fail-closed-retry-after 0s: want a positive duration"},
 		{[]string{"proxy", "--write-timeout", "0"}, "--write-timeout 0s"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

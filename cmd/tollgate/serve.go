@@ -80,7 +80,12 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	hl = tlsOn.httpListener(hl)
 	// The stream workers are set in connFlags.grpcOptions.
-	gopts := append(append(append(append(o.conns.grpcOptions(), srv.GRPCServerOptions()...), o.f.extra.stats.grpcOptions()...), tr.grpcOptions()...), tlsOn.grpcOptions()...)
+	copts, err := o.conns.grpcOptions(srv.Registry())
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 1
+	}
+	gopts := append(append(append(append(copts, srv.GRPCServerOptions()...), o.f.extra.stats.grpcOptions()...), tr.grpcOptions()...), tlsOn.grpcOptions()...)
 	g := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(g)
 	hs := o.conns.httpServer(tr.handler(mux), log)

@@ -22,6 +22,7 @@ type serveFlags struct {
 	pipeline    time.Duration
 	timeout     time.Duration
 	failureMode string
+	failRetry   time.Duration
 	shadow      bool
 	watch       bool
 	rulesFiles  rulesFileFlags
@@ -49,6 +50,7 @@ type serveFlags struct {
 type requestBounds struct {
 	descriptors, entries, hits, bytes int
 	authProxy                         authProxy
+	metricNames, metricNameBytes      int
 	uriHeader, methodHeader           string
 }
 
@@ -57,6 +59,8 @@ func (b *requestBounds) register(fs *flag.FlagSet) {
 	fs.IntVar(&b.entries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor; more is invalid")
 	fs.IntVar(&b.hits, "max-hits", service.DefaultMaxHits, "largest hits_addend a caller may send; more is invalid (a sliding_window_log rule writes one entry per hit)")
 	fs.IntVar(&b.bytes, "max-request-bytes", service.DefaultMaxRequestBytes, "largest gRPC message or /json body; more is refused (ResourceExhausted, HTTP 413)")
+	fs.IntVar(&b.metricNames, "max-metric-names", service.DefaultMaxMetricNames, "most statistics names taken from requests (detailed_metric, value_to_metric, a descriptor's own limit) with series of their own; later new ones are counted under <domain>."+service.OverflowName)
+	fs.IntVar(&b.metricNameBytes, "max-metric-name-bytes", service.DefaultMaxMetricNameBytes, "longest statistics name taken from a request with series of its own; longer ones are counted under <domain>."+service.OverflowName)
 }
 
 // registerAuth registers the flags naming the headers the auth endpoint
@@ -113,13 +117,15 @@ func (b *requestBounds) options() ([]service.Option, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"--max-descriptors", b.descriptors}, {"--max-entries", b.entries}, {"--max-hits", b.hits}, {"--max-request-bytes", b.bytes}} {
+	}{{"--max-descriptors", b.descriptors}, {"--max-entries", b.entries}, {"--max-hits", b.hits}, {"--max-request-bytes", b.bytes},
+		{"--max-metric-names", b.metricNames}, {"--max-metric-name-bytes", b.metricNameBytes}} {
 		if v.n <= 0 {
 			return nil, fmt.Errorf("%s %d: want a positive number", v.name, v.n)
 		}
 	}
 	return []service.Option{service.WithMaxDescriptors(b.descriptors), service.WithMaxEntries(b.entries),
-		service.WithMaxHits(b.hits), service.WithMaxRequestBytes(b.bytes)}, nil
+		service.WithMaxHits(b.hits), service.WithMaxRequestBytes(b.bytes),
+		service.WithMaxMetricNames(b.metricNames), service.WithMaxMetricNameBytes(b.metricNameBytes)}, nil
 }
 
 // multiFlag is a flag that may be given several times.
@@ -164,6 +170,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
 	fs.DurationVar(&f.timeout, "timeout", enforce.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
+	fs.DurationVar(&f.failRetry, "fail-closed-retry-after", service.DefaultFailClosedRetryAfter, "Retry-After (and duration_until_reset) of an answer over the limit because a rule failed closed: when to come back, unless a denial waits longer")
 	fs.BoolVar(&f.shadow, "shadow-mode", false, "global shadow mode: decide and count, but always answer OK")
 	fs.BoolVar(&f.watch, "watch", true, "reload the rules when their files change (SIGHUP always reloads)")
 	f.rulesFiles.register(fs)
@@ -171,7 +178,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.headers, "headers", "draft", "rate-limit header fields in answers: draft (IETF RateLimit-Policy and RateLimit), ratelimit (RateLimit-Limit/-Remaining/-Reset), x-ratelimit, a comma-separated mix, all or none; Retry-After comes with every one")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.logInterval, "log-interval", enforce.DefaultLogInterval, "log store failures and the Redis client's own lines at most once per this long, each line saying how many were left out (similar_events_not_logged); 0 logs every one")
+	fs.DurationVar(&f.logInterval, "log-interval", enforce.DefaultLogInterval, "log store failures, each kind of descriptor no rule matches, and the Redis client's own lines at most once per this long, each line saying how many were left out (similar_events_not_logged); 0 logs every one")
 	f.bounds.register(fs)
 	f.redisTLS.register(fs)
 }

@@ -119,6 +119,9 @@ func (f *serveFlags) serverOptions() ([]service.Option, error) {
 	if f.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %v: want a positive duration", f.timeout)
 	}
+	if f.failRetry <= 0 {
+		return nil, fmt.Errorf("--fail-closed-retry-after %v: want a positive duration", f.failRetry)
+	}
 	if f.logInterval < 0 {
 		return nil, fmt.Errorf("--log-interval %v: want a duration of 0 or more", f.logInterval)
 	}
@@ -133,7 +136,7 @@ func (f *serveFlags) serverOptions() ([]service.Option, error) {
 	if err := f.rulesFiles.check(); err != nil {
 		return nil, err
 	}
-	return append(append(bounds, envoy...), service.WithFailureMode(mode), service.WithDryRun(f.shadow),
+	return append(append(bounds, envoy...), service.WithFailureMode(mode), service.WithFailClosedRetryAfter(f.failRetry), service.WithDryRun(f.shadow),
 		service.WithLogInterval(f.logInterval), service.WithHeaders(flavor), service.WithLoadOptions(f.rulesFiles.options()...)), nil
 }
 

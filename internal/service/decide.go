@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -55,7 +56,7 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 	n := len(req.GetDescriptors())
 	var itemStack [4]item
 	items := fit(itemStack[:], n)
-	s.match(req, marks, items)
+	s.match(via, req, marks, items)
 	dropReplaced(items)
 	if err := s.checkMatched(via, items); err != nil {
 		return nil, nil, err
@@ -188,13 +189,14 @@ func (s *Server) stripMarks(via api, req *pb.RateLimitRequest) (*pb.RateLimitReq
 	return out, marks, nil
 }
 
-// match finds the rule of each descriptor of req among the rules in force
-// and fills items, one per descriptor, with it and with what the
-// descriptor's marks said (marks nil: nothing). A descriptor of an unknown
-// domain, or that no rule matches, has no rule and is counted in
-// tollgate_serve_no_rule_total. A descriptor carrying its own limit has
-// that limit for a rule, in a known domain.
-func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
+// match finds the rule of each descriptor of req, which came via, among
+// the rules in force and fills items, one per descriptor, with it and with
+// what the descriptor's marks said (marks nil: nothing). A descriptor of an
+// unknown domain, or that no rule matches, has no rule: it is counted in
+// tollgate_serve_no_rule_total and logged, sampled (unmatched.go). A
+// descriptor carrying its own limit has that limit for a rule, in a known
+// domain.
+func (s *Server) match(via api, req *pb.RateLimitRequest, marks []mark, items []item) {
 	sn := s.snap.Load()
 	var rules *config.Rules
 	if sn != nil {
@@ -212,6 +214,7 @@ func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
 			if s.sink != nil {
 				s.sink.DomainNotFound(req.Domain)
 			}
+			s.logUnmatched(via, noRuleDomain, req.Domain, d.GetEntries(), rules)
 		case d.GetLimit() != nil:
 			l := d.GetLimit()
 			it.rule = config.OverrideRule(req.Domain, config.Unit(l.GetUnit()), l.GetRequestsPerUnit(), l.GetUnitMultiplier().GetValue())
@@ -219,6 +222,7 @@ func (s *Server) match(req *pb.RateLimitRequest, marks []mark, items []item) {
 			it.rule = config.Lookup(rules, req.Domain, d.GetEntries())
 			if it.rule == nil {
 				s.m.noRule[noRuleMatch].Inc()
+				s.logUnmatched(via, noRuleMatch, req.Domain, d.GetEntries(), rules)
 			} else {
 				it.state = &sn.per[it.rule.Index]
 			}
@@ -361,8 +365,11 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 	default:
 		a.o, a.res = s.spend(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	}
-	if a.o == engine.Denied && r.DryRun {
+	switch {
+	case a.o == engine.Denied && r.DryRun:
 		a.o = engine.DryRunDenied
+	case a.o == engine.FailedClosed:
+		st.DurationUntilReset = roundUp(s.failRetry, reset)
 	}
 	st.Code = pb.RateLimitResponse_OK
 	if a.o.Blocks() {
@@ -378,28 +385,31 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 func (s *Server) count(req *pb.RateLimitRequest, items []item, answers []answered) {
 	for i, d := range req.GetDescriptors() {
 		it, a := &items[i], &answers[i]
-		switch {
-		case a.decided:
-			s.countDecision(it, d.GetEntries(), a.o)
-			s.countEnvoy(it, d.GetEntries(), s.envoyHits(it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res))
-		case a.o == engine.Unlimited: // envoy's statistics leave unlimited rules out
-			s.countDecision(it, d.GetEntries(), a.o)
+		if !a.decided && a.o != engine.Unlimited {
+			continue
+		}
+		name := "" // the rule's own, kept in its state
+		if it.state == nil || it.rule.HasValueToMetric() {
+			// detailed_metric, value_to_metric and override limits: the
+			// name depends on the request, within bounds (metricnames.go).
+			name = s.names.of(it.rule, d.GetEntries())
+		}
+		s.countDecision(it, name, a.o)
+		if a.decided { // envoy's statistics leave unlimited rules out
+			s.countEnvoy(it, name, s.envoyHits(it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res))
 		}
 	}
 }
 
-// countDecision counts outcome o of a descriptor of entries in
-// tollgate_serve_decisions_total.
-func (s *Server) countDecision(it *item, entries []*rlv3.RateLimitDescriptor_Entry, o engine.Outcome) {
-	r := it.rule
-	if it.state != nil && !r.HasValueToMetric() {
+// countDecision counts outcome o of a descriptor of the rule of it in
+// tollgate_serve_decisions_total, under statistics name name ("": the
+// rule's own).
+func (s *Server) countDecision(it *item, name string, o engine.Outcome) {
+	if name == "" {
 		it.state.counter(s.m, o).Inc()
 		return
 	}
-	// detailed_metric, value_to_metric and override limits: the name
-	// depends on the request (as in envoyproxy/ratelimit, mind the
-	// cardinality).
-	s.m.decisions.WithLabelValues(r.Domain, config.MetricID(r, entries), decisionLabels[o]).Inc()
+	s.m.decisions.WithLabelValues(it.rule.Domain, name, decisionLabels[o]).Inc()
 }
 
 // overall is the request's overall code, which it counts as the answer to
@@ -446,22 +456,34 @@ func (s *Server) overall(via api, items []item, answers []answered) pb.RateLimit
 // policy per descriptor a rate decided, named after its rule: into its
 // response_headers_to_add when inResponse, else into the header it
 // returns (nil when there are none). A concurrency rule's slots are not a
-// rate, and neither is a charge or a failure mode's answer.
+// rate, and neither is a charge or a failure mode's answer; but a request
+// turned away because a rule failed closed gets a Retry-After
+// (WithFailClosedRetryAfter).
 func (s *Server) headerFields(p *parts, items []item, answers []answered, inResponse bool) http.Header {
 	if s.hdr.flavor == 0 {
 		return nil
 	}
 	var stack [4]headers.Decision
 	hds := stack[:0]
+	var failWait time.Duration
 	for i := range items {
 		a := &answers[i]
+		if a.o == engine.FailedClosed && p.resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+			failWait = s.failRetry
+		}
 		if a.decided && items[i].rule.Concurrency == nil && rated(a.o) {
-			hds = append(hds, headerDecision(items[i].rule, a.o, a.res))
+			hd := headerDecision(items[i].rule, a.o, a.res)
+			if s.envoy.compat && a.o != engine.Allowed {
+				// spend spent what was left (spendDenied) and answered
+				// limit_remaining 0: the fields say the same.
+				hd.Result.Remaining = 0
+			}
+			hds = append(hds, hd)
 		}
 	}
 	if inResponse {
-		s.addHeaders(p, hds, p.resp.OverallCode)
+		s.addHeaders(p, hds, failWait, p.resp.OverallCode)
 		return nil
 	}
-	return s.httpHeader(hds, p.resp.OverallCode)
+	return s.httpHeader(hds, failWait, p.resp.OverallCode)
 }

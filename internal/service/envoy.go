@@ -31,9 +31,9 @@ type envoyWays struct {
 // WithEnvoyCompat makes the server answer exactly as envoyproxy/ratelimit
 // does where tollgate differs on purpose:
 //
-//   - a descriptor over the limit reports limit_remaining 0 (tollgate
-//     otherwise reports what is left, which a request of fewer hits could
-//     still have);
+//   - a descriptor over the limit reports limit_remaining 0, and so do
+//     the header fields (tollgate otherwise reports what is left, which a
+//     request of fewer hits could still have);
 //   - denied hits are counted: a request denied while some of the limit
 //     was left spends what was left, so that, as in envoy, nothing more
 //     passes until the counter resets (envoy's counter goes past the limit;

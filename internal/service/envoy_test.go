@@ -2,11 +2,17 @@ package service
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -175,5 +181,102 @@ func TestHealthServiceName(t *testing.T) {
 	}
 	if got, want := resp.Status, grpc_health_v1.HealthCheckResponse_SERVING; got != want {
 		t.Errorf("health of ratelimit: %v, want %v", got, want)
+	}
+}
+
+// TestEnvoyCompatRemainingAgrees: whatever the flavour, the header fields
+// report what limit_remaining reports, on gRPC and on /json. Over the limit
+// in envoy compatibility that is 0: the denial spent what was left, so 0 is
+// what remains (envoy's own RateLimit-Remaining is the status's
+// limit_remaining); otherwise it is what is left, which fewer hits could
+// still have.
+func TestEnvoyCompatRemainingAgrees(t *testing.T) {
+	t.Parallel()
+	all := headers.Draft | headers.RateLimitFields | headers.XRateLimit
+	tests := []struct {
+		name   string
+		compat bool
+		hits   []uint64 // the last is the one looked at
+		want   uint32
+	}{
+		{"within", false, []uint64{7}, 3},
+		{"within, envoy", true, []uint64{7}, 3},
+		{"denied", false, []uint64{7, 5}, 3},
+		{"denied, envoy", true, []uint64{7, 5}, 0},
+		{"denied at 0, envoy", true, []uint64{10, 1}, 0},
+		{"dry run denied, envoy", true, []uint64{7, 5}, 0},
+		{"above capacity", false, []uint64{11}, 0},
+		{"above capacity, envoy", true, []uint64{11}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := "k"
+			if strings.HasPrefix(tc.name, "dry run") {
+				key = "s"
+			}
+			s := newTestServer(t, tenPerMinute, WithEnvoyCompat(tc.compat), WithHeaders(all))
+			var resp *pb.RateLimitResponse
+			for _, h := range tc.hits {
+				resp = ask(t, s, hitsReq(key, "grpc", h))
+			}
+			got := map[string]string{"limit_remaining": fmt.Sprint(resp.Statuses[0].LimitRemaining)}
+			for _, h := range resp.ResponseHeadersToAdd {
+				got[h.Key] = h.Value
+			}
+			checkRemaining(t, "gRPC", got, tc.want)
+
+			srv := httptest.NewServer(s.Handler())
+			defer srv.Close()
+			var hdr http.Header
+			var body string
+			for _, h := range tc.hits {
+				res, err := http.Post(srv.URL+"/json", "application/json",
+					strings.NewReader(fmt.Sprintf(`{"domain":"d","descriptors":[{"entries":[{"key":%q,"value":"json"}],"hits_addend":%d}]}`, key, h)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				hdr, body = res.Header, string(b)
+			}
+			var out pb.RateLimitResponse
+			if err := protojson.Unmarshal([]byte(body), &out); err != nil {
+				t.Fatalf("/json answer %q: %v", body, err)
+			}
+			got = map[string]string{"limit_remaining": fmt.Sprint(out.Statuses[0].LimitRemaining)}
+			for k := range hdr {
+				got[k] = hdr.Get(k)
+			}
+			checkRemaining(t, "/json", got, tc.want)
+		})
+	}
+}
+
+// checkRemaining checks that every field of got (header fields by name, and
+// limit_remaining) that reports what remains reports want.
+func checkRemaining(t *testing.T, via string, got map[string]string, want uint32) {
+	t.Helper()
+	w := fmt.Sprint(want)
+	for name, v := range got {
+		switch http.CanonicalHeaderKey(name) {
+		case "Limit_remaining", "Ratelimit-Remaining", "X-Ratelimit-Remaining":
+			if v != w {
+				t.Errorf("%s: %s %s, want %s", via, name, v, w)
+			}
+		case "Ratelimit":
+			if _, after, _ := strings.Cut(v, ";r="); !strings.HasPrefix(after, w+";") {
+				t.Errorf("%s: RateLimit %s, want r=%s", via, v, w)
+			}
+		}
+	}
+	for _, name := range []string{"limit_remaining", "RateLimit"} {
+		found := false
+		for k := range got {
+			found = found || strings.EqualFold(k, name)
+		}
+		if !found {
+			t.Errorf("%s: no %s in %v", via, name, got)
+		}
 	}
 }

@@ -1,10 +1,7 @@
 package service
 
 import (
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
 	"github.com/tollgate/tollgate/internal/door/engine"
-	"github.com/tollgate/tollgate/internal/service/config"
 )
 
 // StatsSink is where the server sends envoyproxy/ratelimit's statistics,
@@ -18,8 +15,8 @@ type StatsSink interface {
 	// rule's statistics name (domain.key_value.key…: see config.MetricID),
 	// in the order total_hits, over_limit, near_limit, within_limit,
 	// shadow_mode. fromRequest says that the name holds the request's
-	// values (detailed_metric, value_to_metric, a descriptor's own limit),
-	// which the sink must bound.
+	// values and is not bounded yet, which the sink must then do; the
+	// server bounds such names itself (metricnames.go) before they come.
 	AddHits(domain, name string, fromRequest bool, hits [5]uint64)
 	// DomainNotFound counts a descriptor of a domain no rule has: a name
 	// the request makes, which the sink must bound too.
@@ -45,19 +42,20 @@ func WithStatsSink(sink StatsSink, mapped bool) Option {
 
 // countEnvoy adds a decided descriptor's hits h to envoy's statistics of
 // its rule: the server's Prometheus ones, and the sink's.
-func (s *Server) countEnvoy(it *item, entries []*rlv3.RateLimitDescriptor_Entry, h [numEnvoyStats]uint64) {
+func (s *Server) countEnvoy(it *item, name string, h [numEnvoyStats]uint64) {
 	if s.stats != nil {
-		s.statsFor(it, entries).add(h)
+		s.statsFor(it, name).add(h)
 	}
 	if s.sink == nil {
 		return
 	}
 	r := it.rule
-	if it.state != nil && !r.HasValueToMetric() {
-		s.sink.AddHits(r.Domain, r.ID, false, h)
-		return
+	if name == "" {
+		name = r.ID
 	}
-	s.sink.AddHits(r.Domain, config.MetricID(r, entries), true, h)
+	// The name is the rule's own or one of the bounded names of
+	// metricnames.go: the sink need not bound it again.
+	s.sink.AddHits(r.Domain, name, false, h)
 }
 
 // countStoreFailed counts, in the sink, a request one of whose

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
@@ -108,10 +107,11 @@ type envoyCounters struct {
 	p atomic.Pointer[ruleStats]
 }
 
-// statsFor returns the statistics of a descriptor with entries of rule it.
-func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *ruleStats {
+// statsFor returns the statistics of a descriptor of the rule of it under
+// statistics name name ("": the rule's own).
+func (s *Server) statsFor(it *item, name string) *ruleStats {
 	r := it.rule
-	if it.state != nil && !r.HasValueToMetric() {
+	if name == "" {
 		if rs := it.state.envoy.p.Load(); rs != nil {
 			return rs
 		}
@@ -119,7 +119,7 @@ func (s *Server) statsFor(it *item, entries []*rlv3.RateLimitDescriptor_Entry) *
 		it.state.envoy.p.Store(rs)
 		return rs
 	}
-	return s.stats.forName(r.Domain, config.MetricID(r, entries))
+	return s.stats.forName(r.Domain, name)
 }
 
 // envoyHits returns a decided descriptor's n hits by envoyproxy/ratelimit's

@@ -65,18 +65,19 @@ func headerDecision(r *config.Rule, o engine.Outcome, res tollgate.Result) heade
 
 // httpHeader returns the header fields of hds, in the server's flavor, as
 // an HTTP header, or nil when there are none.
-func (s *Server) httpHeader(hds []headers.Decision, overall pb.RateLimitResponse_Code) http.Header {
-	if len(hds) == 0 {
+func (s *Server) httpHeader(hds []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) http.Header {
+	if len(hds) == 0 && failWait == 0 {
 		return nil
 	}
 	h := make(http.Header, 3)
-	s.writeHeader(h, nil, hds, overall)
+	s.writeHeader(h, nil, hds, failWait, overall)
 	return h
 }
 
-// writeHeader writes the header fields of hds (at least one) into h,
-// their slices in vals when it is not nil (headers.Values.Write).
-func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
+// writeHeader writes the header fields of hds into h, their slices in vals
+// when it is not nil (headers.Values.Write). failWait, when positive, is
+// the wait of a rule that failed closed: Retry-After is at least that.
+func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) {
 	if overall == pb.RateLimitResponse_OK {
 		// The global dry run or quota_mode let the request through:
 		// no Retry-After for a request that passes.
@@ -94,6 +95,14 @@ func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.
 		vals.Write(h, s.hdr.flavor, now, hds...)
 	} else {
 		headers.Write(h, s.hdr.flavor, now, hds...)
+	}
+	if failWait > 0 {
+		// The longest wait wins: the store's for a denial, or the guess
+		// at when the store is back.
+		if b := headers.Binding(hds); b >= 0 && !hds[b].Result.Allowed {
+			failWait = max(failWait, hds[b].Result.RetryAfter)
+		}
+		headers.SetRetryAfter(h, failWait)
 	}
 	if s.envoy.compat {
 		h.Del("Retry-After") // envoy's answers carry none
@@ -120,13 +129,13 @@ var scratchHeaders = sync.Pool{New: func() any { return &scratch{h: make(http.He
 // addHeaders writes the header fields of hds into p's response as
 // response_headers_to_add, in headerOrder, making them in p's room where
 // there is enough.
-func (s *Server) addHeaders(p *parts, hds []headers.Decision, overall pb.RateLimitResponse_Code) {
-	if len(hds) == 0 {
+func (s *Server) addHeaders(p *parts, hds []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) {
+	if len(hds) == 0 && failWait == 0 {
 		return
 	}
 	sc := scratchHeaders.Get().(*scratch)
 	h := sc.h
-	s.writeHeader(h, &sc.vals, hds, overall)
+	s.writeHeader(h, &sc.vals, hds, failWait, overall)
 	n := len(h)
 	if n > cap(p.hdrs) {
 		p.hdrs, p.hdrPtrs = make([]core.HeaderValue, 0, n), make([]*core.HeaderValue, 0, n)

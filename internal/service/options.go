@@ -21,8 +21,8 @@ type Option func(*Server)
 // Requests starting within a millisecond of each other share one timer, so
 // a request may get up to a millisecond more. A caller's own deadline that
 // comes sooner (Envoy's filter sends 20 ms by default) bounds the store
-// calls instead, less a reserve for the answer's way back (a quarter of the
-// time the caller has left, at most 10 ms), so that a slow store is
+// calls instead, less a reserve for the answer's way back (half the time
+// the caller has left, at most 10 ms), so that a slow store is
 // answered by failure mode while the caller still waits. 0 sets no
 // deadline at all, for a store that never waits (memorystore).
 func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = d } }
@@ -31,6 +31,27 @@ func WithTimeout(d time.Duration) Option { return func(s *Server) { s.timeout = 
 // when the store fails: enforce.FailOpen (the default) or
 // enforce.FailClosed (config.FailureMode is the same type).
 func WithFailureMode(m enforce.FailureMode) Option { return func(s *Server) { s.failMode = m } }
+
+// DefaultFailClosedRetryAfter is when a client turned away because a rule
+// failed closed is told to come back unless WithFailClosedRetryAfter says
+// otherwise: a second, as the middleware tells it
+// (enforce.WithFailClosedRetryAfter).
+const DefaultFailClosedRetryAfter = time.Second
+
+// WithFailClosedRetryAfter sets when a client turned away because a rule
+// failed closed (its store failed or missed the deadline) should come back
+// (default DefaultFailClosedRetryAfter): the Retry-After of the answer,
+// unless a denial of the same request waits longer, and the
+// duration_until_reset of the descriptor. No store said when the limit
+// frees up, so this is a guess at when the store is back: keep it short. d
+// ≤ 0 keeps the default.
+func WithFailClosedRetryAfter(d time.Duration) Option {
+	return func(s *Server) {
+		if d > 0 {
+			s.failRetry = d
+		}
+	}
+}
 
 // WithDryRun makes the whole service a dry run, as envoyproxy/ratelimit's
 // global SHADOW_MODE does: every decision is made and counted, but the

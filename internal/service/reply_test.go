@@ -111,6 +111,10 @@ func TestShouldRateLimitAllocations(t *testing.T) {
 		{"one descriptor", req("d", entries("k", "v")), 6},
 		{"one descriptor, parallel descriptors on", req("d", entries("k", "v")), 6},
 		{"two descriptors", req("d", entries("k", "v"), entries("k", "w")), 13},
+		// Unmatched descriptors are logged once per interval: sampling the
+		// others out allocates nothing.
+		{"a descriptor no rule matches", req("d", entries("x", "v")), 2},
+		{"an unknown domain", req("e", entries("k", "v")), 2},
 	} {
 		s.parallel = strings.Contains(tc.name, "parallel")
 		got := testing.AllocsPerRun(200, func() {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -38,23 +39,28 @@ type Server struct {
 
 	// How it decides and answers: set by the options, read-only once New
 	// returns.
-	failMode enforce.FailureMode // of rules without their own
-	dryRun   bool                // the global dry run: every overall answer is OK
-	parallel bool                // a request's store calls at once
-	max      bounds              // on one request (limits.go)
-	envoy    envoyWays           // envoyproxy/ratelimit's (envoy.go)
-	hdr      headerStyle         // the rate-limit header fields (headers.go)
-	timeout  time.Duration       // the engine's deadline
-	logEvery time.Duration       // the engine's failure-log interval
+	failMode  enforce.FailureMode // of rules without their own
+	failRetry time.Duration       // the Retry-After of a fail-closed answer
+	dryRun    bool                // the global dry run: every overall answer is OK
+	parallel  bool                // a request's store calls at once
+	max       bounds              // on one request (limits.go)
+	envoy     envoyWays           // envoyproxy/ratelimit's (envoy.go)
+	hdr       headerStyle         // the rate-limit header fields (headers.go)
+	timeout   time.Duration       // the engine's deadline
+	logEvery  time.Duration       // the engine's failure-log interval
 
 	// What it reports.
 	log        *slog.Logger
+	unmatched  unmatchedLog // descriptors that matched no rule, sampled (unmatched.go)
 	now        func() time.Time
 	reg        *prometheus.Registry
 	m          *metrics
 	stats      *envoyStats // envoyproxy/ratelimit's statistics (envoystats.go); nil when a mapped sink names them
 	sink       StatsSink   // envoy's statistics, to statsd or mapped (envoysink.go)
 	sinkMapped bool
+	names      *metricNames // the request-dependent statistics names kept (metricnames.go)
+
+	maxNames, maxNameBytes int // the bounds of names (WithMaxMetricNames, WithMaxMetricNameBytes)
 
 	// Whether it should get traffic (health.go).
 	health   *health.Server
@@ -70,15 +76,18 @@ type Server struct {
 // config.
 func New(store tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
-		store:    store,
-		failMode: enforce.FailOpen,
-		max:      bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
-		envoy:    envoyWays{nearLimitRatio: DefaultNearLimitRatio},
-		hdr:      headerStyle{flavor: headers.Draft},
-		timeout:  enforce.DefaultTimeout,
-		logEvery: enforce.DefaultLogInterval,
-		now:      time.Now,
-		health:   health.NewServer(),
+		store:        store,
+		failMode:     enforce.FailOpen,
+		failRetry:    DefaultFailClosedRetryAfter,
+		max:          bounds{descriptors: DefaultMaxDescriptors, entries: DefaultMaxEntries, hits: DefaultMaxHits, bytes: DefaultMaxRequestBytes},
+		envoy:        envoyWays{nearLimitRatio: DefaultNearLimitRatio},
+		hdr:          headerStyle{flavor: headers.Draft},
+		timeout:      enforce.DefaultTimeout,
+		logEvery:     enforce.DefaultLogInterval,
+		maxNames:     DefaultMaxMetricNames,
+		maxNameBytes: DefaultMaxMetricNameBytes,
+		now:          time.Now,
+		health:       health.NewServer(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -102,6 +111,9 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
+	if s.names, err = newMetricNames(s.reg, s.maxNames, s.maxNameBytes); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
 	if !s.sinkMapped {
 		s.stats = newEnvoyStats()
 		for _, c := range s.stats.collectors() {
@@ -110,6 +122,7 @@ func New(store tollgate.Store, opts ...Option) (*Server, error) {
 			}
 		}
 	}
+	s.unmatched = unmatchedLog{every: s.logEvery, seed: maphash.MakeSeed()}
 	s.engine = engine.NewEngine(store, s.timeout, s.log, s.logEvery, s.now)
 	s.storeUp.Store(s.ping == nil)
 	s.updateReady()

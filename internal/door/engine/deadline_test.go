@@ -209,7 +209,7 @@ func TestAnswerBy(t *testing.T) {
 		lo, hi time.Duration
 		none   bool // no deadline at all
 	}{
-		{name: "caller sooner", d: shared, caller: 20 * time.Millisecond, lo: 15 * time.Millisecond, hi: 16 * time.Millisecond},
+		{name: "caller sooner", d: shared, caller: 20 * time.Millisecond, lo: 10 * time.Millisecond, hi: 11 * time.Millisecond},
 		{name: "caller later", d: shared, caller: time.Hour, lo: 50 * time.Millisecond, hi: 50*time.Millisecond + shared.step},
 		{name: "caller without deadline", d: shared, lo: 50 * time.Millisecond, hi: 50*time.Millisecond + shared.step},
 		{name: "no timeout, caller's deadline", caller: time.Second, lo: 990 * time.Millisecond, hi: 990 * time.Millisecond},
@@ -251,7 +251,8 @@ func TestReplyReserve(t *testing.T) {
 	tests := []struct{ remaining, want time.Duration }{
 		{-time.Millisecond, 0},
 		{0, 0},
-		{20 * time.Millisecond, 5 * time.Millisecond},
+		{12 * time.Millisecond, 6 * time.Millisecond},
+		{20 * time.Millisecond, 10 * time.Millisecond},
 		{time.Second, MaxReplyReserve},
 	}
 	for _, tc := range tests {
