@@ -330,7 +330,7 @@ func TestStatsdMapperInProcess(t *testing.T) {
 // TestStatsdBound: the names callers' values make (a detailed_metric
 // rule's client addresses, descriptors' own limits with long values) are
 // bounded: the first 1,000 are series of their own, the rest are counted
-// under __overflow__, and tollgate_serve_stat_names_folded_total counts
+// under __overflow__, and tollgate_serve_metric_names_folded_total counts
 // them.
 func TestStatsdBound(t *testing.T) {
 	t.Parallel()
@@ -353,9 +353,10 @@ func TestStatsdBound(t *testing.T) {
 	if code, out := postJSON(t, p.http+"/json", body+`]}`); code != http.StatusOK {
 		t.Fatalf("/json: %d %s", code, out)
 	}
-	got := waitSeries(t, "http://"+addr+"/metrics", regexp.MustCompile(`^(ratelimit_service_rate_limit_total_hits|tollgate_serve_stat_names_folded_total)$`), map[string]float64{
+	got := waitSeries(t, "http://"+addr+"/metrics", regexp.MustCompile(`^(ratelimit_service_rate_limit_total_hits|tollgate_serve_metric_names_folded_total)$`), map[string]float64{
 		`ratelimit_service_rate_limit_total_hits{domain="d",key1="__overflow__"}`: clients - 1000 + 3,
-		`tollgate_serve_stat_names_folded_total`:                                  clients - 1000 + 3,
+		`tollgate_serve_metric_names_folded_total{reason="too_many"}`:             clients - 1000,
+		`tollgate_serve_metric_names_folded_total{reason="too_long"}`:             3,
 	})
 	own := 0
 	for k := range got {
