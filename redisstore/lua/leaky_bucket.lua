@@ -108,19 +108,6 @@ local function lb_write(key, level, ts, same, utext, e)
   end
 end
 
--- lb_keep is token_bucket.lua's tb_keep: after a call that wrote nothing
--- it moves the TTL and e of the live bucket key to reset µs after now,
--- deletes an expired one (stale), and leaves an empty one as it is.
-local function lb_keep(key, found, e, stale, now, reset)
-  if found and reset > 0 then
-    if now + reset ~= e then
-      redis.call('HSET', key, 'e', int(now + reset))
-    end
-    expire(key, reset)
-  elseif stale then
-    redis.call('DEL', key)
-  end
-end
 
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
@@ -188,7 +175,7 @@ local function decide(key, argv, o, now)
     -- under this call's limit (its level stays as it was, its expiry
     -- moves): after a limit change the TTL a write set may end before the
     -- retry-after reported here.
-    lb_keep(key, found, e, stale, now, reset)
+    bucket_keep(key, found, e, stale, now, reset)
   end
   return {allowed, fdiv(math.max(capacity - level, 0), unit), retry, reset, delay, now}
 end

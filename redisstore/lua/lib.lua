@@ -69,6 +69,23 @@ local function expire(key, us)
   redis.call('PEXPIRE', key, math.max(1, cdiv(us, 1000)))
 end
 
+-- bucket_keep is what a bucket (token or leaky) does after a call that wrote
+-- nothing: the live bucket key (found; e its stored expiry) keeps its state
+-- until reset µs after now, its TTL and its e moved to match; an expired
+-- bucket (stale) is deleted, so that a clock that steps back does not find
+-- it again; one at rest (reset 0: a token bucket full, a leaky bucket
+-- empty) is left as it is.
+local function bucket_keep(key, found, e, stale, now, reset)
+  if found and reset > 0 then
+    if now + reset ~= e then
+      redis.call('HSET', key, 'e', int(now + reset))
+    end
+    expire(key, reset)
+  elseif stale then
+    redis.call('DEL', key)
+  end
+end
+
 -- corrupt stops the script when a key holds something tollgate did not write.
 -- The key's name stays out of the message: it holds client addresses and
 -- API keys, and errors end up in logs.

@@ -72,7 +72,7 @@ end
 -- now (reset 0) has expired: it is deleted, whether the settle left it so
 -- or found it so, so that a clock that steps back does not find it again
 -- (UNLINK: a log may be long). These states are full at the same instant
--- under any limit; the buckets' expiry is their own (tb_keep, lb_keep).
+-- under any limit; the buckets' expiry is their own (lib.lua's bucket_keep).
 local function keep(key, wrote, found, reset)
   if reset > 0 and (wrote or found) then
     expire(key, reset)
@@ -84,7 +84,7 @@ end
 -- tb corrects a token bucket. A debt is tokens below 0, MaxDebt tokens at
 -- most.
 local function tb(key, argv, o, now, d)
-  -- uses token_bucket.lua: tb_read, tb_write, tb_keep
+  -- uses token_bucket.lua: tb_read, tb_write
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
@@ -95,7 +95,7 @@ local function tb(key, argv, o, now, d)
     return corrupt()
   end
   if not found and d <= 0 then
-    tb_keep(key, false, nil, stale, now, 0)
+    bucket_keep(key, false, nil, stale, now, 0)
     return look(burst, 0, now)
   end
 
@@ -111,7 +111,7 @@ local function tb(key, argv, o, now, d)
     reset = lag + cdiv(capacity - tokens, rate)
   end
   if d == 0 then
-    tb_keep(key, true, e, false, now, reset)
+    bucket_keep(key, true, e, false, now, reset)
   elseif reset > 0 then
     tb_write(key, tokens, ts, same, argv[o + 7], now + reset)
     expire(key, reset)
@@ -129,7 +129,7 @@ end
 -- bound requests, and to no more than a read keeps (what leaks in
 -- lb_horizon).
 local function lb(key, argv, o, now, d, bound)
-  -- uses leaky_bucket.lua: lb_horizon, lb_read, lb_write, lb_keep
+  -- uses leaky_bucket.lua: lb_horizon, lb_read, lb_write
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
@@ -141,7 +141,7 @@ local function lb(key, argv, o, now, d, bound)
     return corrupt()
   end
   if not found and d <= 0 then
-    lb_keep(key, false, nil, stale, now, 0)
+    bucket_keep(key, false, nil, stale, now, 0)
     return look(burst, 0, now)
   end
 
@@ -156,7 +156,7 @@ local function lb(key, argv, o, now, d, bound)
     reset = lag + cdiv(level, rate)
   end
   if d == 0 then
-    lb_keep(key, true, e, false, now, reset)
+    bucket_keep(key, true, e, false, now, reset)
   elseif reset > 0 then
     lb_write(key, level, ts, same, argv[o + 7], now + reset)
     expire(key, reset)

@@ -126,20 +126,6 @@ local function tb_write(key, tokens, ts, same, utext, e)
   end
 end
 
--- tb_keep sets the TTL of the live bucket key (found: whether it is, e its
--- stored expiry) to reset µs after now, and its e to match, after a call
--- that wrote nothing; it deletes an expired bucket (stale), and leaves a
--- full one (reset 0) as it is.
-local function tb_keep(key, found, e, stale, now, reset)
-  if found and reset > 0 then
-    if now + reset ~= e then
-      redis.call('HSET', key, 'e', int(now + reset))
-    end
-    expire(key, reset)
-  elseif stale then
-    redis.call('DEL', key)
-  end
-end
 
 local function decide(key, argv, o, now)
   local rate = tonumber(argv[o + 1])
@@ -174,7 +160,7 @@ local function decide(key, argv, o, now)
     -- this call's limit (its tokens stay as they were, its expiry moves):
     -- after a limit change the TTL a write set may end before the
     -- retry-after reported here.
-    tb_keep(key, found, e, stale, now, reset)
+    bucket_keep(key, found, e, stale, now, reset)
   end
   -- Tokens below 0 are a debt (a settle charged more than the bucket
   -- held): nothing remains.
