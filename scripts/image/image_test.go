@@ -276,15 +276,14 @@ func runAsEnvoyGateway(t *testing.T, root string) {
 		"RUNTIME_IGNOREDOTFILES=true",
 		"RUNTIME_WATCH_ROOT=false",
 		"LOG_LEVEL=info",
-		// Envoy Gateway sets USE_STATSD=true and STATSD_PORT=9125 (to its
-		// statsd-exporter sidecar), CONFIG_TYPE=GRPC_XDS_SOTW with
-		// CONFIG_GRPC_XDS_SERVER_URL, CONFIG_GRPC_XDS_NODE_ID,
-		// CONFIG_GRPC_XDS_SERVER_USE_TLS, CONFIG_GRPC_XDS_CLIENT_TLS_CERT,
-		// CONFIG_GRPC_XDS_CLIENT_TLS_KEY, CONFIG_GRPC_XDS_SERVER_TLS_CACERT
-		// and FORCE_START_WITHOUT_INITIAL_CONFIG=true. tollgate refuses them
-		// (docs/envoy-environment.md), so they are left out here, the rules
-		// come from RUNTIME_ROOT, and statsd is turned off, as envoy's
-		// default for USE_STATSD is true.
+		// Envoy Gateway also sets USE_STATSD=true with STATSD_PORT=9125 (its
+		// statsd-exporter sidecar) and takes the rules over xDS
+		// (CONFIG_TYPE=GRPC_XDS_SOTW, CONFIG_GRPC_XDS_*,
+		// FORCE_START_WITHOUT_INITIAL_CONFIG=true). Those need a statsd
+		// server and a management server, and cmd/tollgate's tests run
+		// them with the binary (TestStatsd*, TestServeEnvoyGatewayXDS);
+		// this one is about the image, so its rules come from RUNTIME_ROOT
+		// and statsd, on by default as in envoy, is turned off.
 		"USE_STATSD=false",
 		"GRPC_SERVER_USE_TLS=true",
 		"GRPC_SERVER_TLS_CERT=" + filepath.Join(certs, "tls.crt"),
