@@ -210,6 +210,21 @@ func TestBoundary(t *testing.T) {
 	}
 }
 
+func TestBoundaryTriesAgainWhenLate(t *testing.T) {
+	t.Parallel()
+	// No batch of 10 round trips fits in a microsecond: every attempt is
+	// late, and the demo says so before it gives up.
+	var out bytes.Buffer
+	_, err := lab.Boundary(context.Background(), server.Client(t), &out,
+		lab.BoundaryConfig{Window: 200 * time.Millisecond, Before: time.Microsecond, After: time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "first batch ended") {
+		t.Fatalf("err = %v, want the first batch late", err)
+	}
+	if got, want := strings.Count(out.String(), "again at a later edge"), 3; got != want {
+		t.Errorf("%d retries printed, want %d:\n%s", got, want, out.String())
+	}
+}
+
 func TestBoundaryRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	_, err := lab.Boundary(context.Background(), server.Client(t), &bytes.Buffer{},
