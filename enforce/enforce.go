@@ -61,6 +61,9 @@ const DefaultLogInterval = 10 * time.Second
 type Policy struct {
 	Name  string
 	Limit tollgate.Limit
+	// Rollout, when not nil, is a new limit on its way in for this policy:
+	// for a share of the keys, from an instant, announced until then.
+	Rollout *Rollout
 }
 
 // FailureMode says what a rule does when the store cannot decide. It is the

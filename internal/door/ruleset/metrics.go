@@ -14,8 +14,9 @@ import (
 //	tollgate_<subsystem>_store_duration_seconds{rule}         histogram
 //	tollgate_<subsystem>_store_errors_total{rule}             counter
 //	tollgate_<subsystem>_bad_costs_total{rule}                counter
+//	tollgate_<subsystem>_rollout_decisions_total{rule, policy, arm, outcome}
 //
-// outcome is one of allowed, denied, dry_run_denied, fail_open and
+// (the last only for policies with a rollout; see enforce.Rollout). outcome is one of allowed, denied, dry_run_denied, fail_open and
 // fail_closed, so the throttle ratio is denied / all, and fail-open events
 // are counted apart from normal traffic. The store's latency and errors
 // include the settles of rules that settle (Spec.Settles), made after the
@@ -26,6 +27,7 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
 	badCosts  *prometheus.CounterVec
+	rollouts  *prometheus.CounterVec // see rollout.go
 }
 
 // ruleMetrics are one rule's children, looked up once so that the request
@@ -35,6 +37,7 @@ type ruleMetrics struct {
 	latency   prometheus.Observer
 	errors    prometheus.Counter
 	badCosts  prometheus.Counter
+	rollouts  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics with the given subsystem ("http", "grpc")
@@ -60,7 +63,8 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 			Help: "Real costs reported by responses to rules that settle which could not be used (several values, not a number, too large): the estimate stood.",
 		}, []string{"rule"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts} {
+	m.rollouts = newRolloutMetric(subsystem)
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts, m.rollouts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -77,5 +81,6 @@ func (m *Metrics) forRule(rule string) ruleMetrics {
 	rm.latency = m.latency.WithLabelValues(rule)
 	rm.errors = m.errors.WithLabelValues(rule)
 	rm.badCosts = m.badCosts.WithLabelValues(rule)
+	rm.rollouts = m.rollouts
 	return rm
 }

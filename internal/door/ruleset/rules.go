@@ -193,7 +193,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		if p.settles {
 			hold = &s.held
 		}
-		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold)
+		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, rs.set.Now)
 		if v.Outcome.Blocks() {
 			rs.Refund(ctx, s) // not served: nothing spent
 			return v, dst

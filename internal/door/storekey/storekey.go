@@ -36,3 +36,17 @@ func String(b []byte, prefixLen int) string {
 	}
 	return string(b)
 }
+
+// Shadow returns the store key on which a rollout's new limit is tried in
+// shadow for key (see enforce.Rollout): a state of its own, so that trying
+// a limit never spends from the one in force. It is key after '"', which
+// no other key starts with (rule names exclude it, and the service's keys
+// start with "rl"); a key too long for that is hashed first, after "\"#",
+// which a literal shadow key never holds 64 hex digits after with no ':'.
+func Shadow(key string) string {
+	if len(key) < tollgate.MaxKeyLen {
+		return `"` + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return `"#` + hex.EncodeToString(sum[:])
+}
