@@ -9,7 +9,7 @@ import (
 )
 
 var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", "failure_mode", "cost"}
+	"algorithm", "burst", "failure_mode", "cost", "rollout"}
 
 func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule {
 	if m.Kind != yaml.MappingNode {
@@ -31,6 +31,13 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 	if len(b.errs) == nerr && !r.Unlimited && r.RequestsPerUnit != 0 {
 		b.checkLimit(m, r, &f)
 	}
+	if f.rolloutNode != nil {
+		if r.Unlimited || r.RequestsPerUnit == 0 {
+			b.errorf(f.rolloutNode, "a rollout changes a limit: an unlimited rule, or one of requests_per_unit 0, has none")
+		} else if len(b.errs) == nerr {
+			b.rollout(f.rolloutNode, r, &f)
+		}
+	}
 	b.finishRule(r, path)
 	if len(b.errs) > nerr {
 		return nil
@@ -41,7 +48,7 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 // rateLimitFields is what a rate_limit mapping says beyond the fields of
 // its Rule: the nodes of its keys (for messages), the algorithm and burst.
 type rateLimitFields struct {
-	unitNode, rpuNode, algNode, burstNode, costNode, replNode *yaml.Node
+	unitNode, rpuNode, algNode, burstNode, costNode, replNode, rolloutNode *yaml.Node
 	alg                                                       tollgate.Algorithm
 	burst                                                     int
 }
@@ -83,6 +90,8 @@ func (b *builder) rateLimitFields(m *yaml.Node, r *Rule) rateLimitFields {
 			}
 		case "failure_mode":
 			r.FailureMode = b.failureMode(v)
+		case "rollout":
+			f.rolloutNode = v
 		case "cost":
 			f.costNode = v
 			if x, ok := b.atLeastOne(v, "cost"); ok {
