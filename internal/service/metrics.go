@@ -60,6 +60,7 @@ func (c code) String() string { return codeNames[c] }
 
 type metrics struct {
 	decisions     *prometheus.CounterVec
+	rollouts      *prometheus.CounterVec // rollout.go
 	requests      [numAPIs][numCodes]prometheus.Counter
 	noRule        [2]prometheus.Counter // by noRuleDomain, noRuleMatch
 	storeDuration prometheus.Histogram
@@ -126,12 +127,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_serve_store_skipped_total",
 			Help: "Descriptors answered by failure mode without a store call because their request's deadline had already passed (after a store call of the same request timed out).",
 		}),
+		rollouts: newRolloutMetric(),
 		globalDryRun: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_serve_global_shadow_total",
 			Help: "Requests over the limit answered OK because of the global dry run (--shadow-mode).",
 		}),
 	}
-	cs := append([]prometheus.Collector{m.decisions, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
+	cs := append([]prometheus.Collector{m.decisions, m.rollouts, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
 		m.children()...)
 	if reg != nil {
 		for _, c := range cs {
