@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 	"github.com/tollgate/tollgate/internal/service/config"
 )
 
@@ -97,7 +97,7 @@ type item struct {
 	// rollout says the rule has a rollout, which put the descriptor in arm
 	// (rollout.go).
 	rollout bool
-	arm     enforce.Arm
+	arm     rollout.Arm
 }
 
 // answered is one descriptor's answer: what became of it and the store's
@@ -492,7 +492,7 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 				hd.Result.Remaining = 0
 			}
 			hds = append(hds, hd)
-			if items[i].rollout && items[i].arm == enforce.Announced {
+			if items[i].rollout && items[i].arm == rollout.Announced {
 				hds = append(hds, announcement(items[i].rule))
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 	"github.com/tollgate/tollgate/internal/door/storekey"
 	"github.com/tollgate/tollgate/internal/service/config"
 )
@@ -29,9 +30,9 @@ import (
 // bound them.
 
 // armLabels are the arm label values, by enforce.Arm; armShadow follows.
-var armLabels = [...]string{enforce.Base: "base", enforce.Announced: "announced", enforce.Rolled: "rolled", armShadow: "shadow"}
+var armLabels = [...]string{rollout.Base: "base", rollout.Announced: "announced", rollout.Rolled: "rolled", armShadow: "shadow"}
 
-const armShadow = enforce.Rolled + 1
+const armShadow = rollout.Rolled + 1
 
 func newRolloutMetric() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -59,8 +60,8 @@ func (s *Server) rolledState(r *config.Rule) *ruleState {
 func (s *Server) chooseArm(q *engine.Request, domain string, entries []*rlv3.RateLimitDescriptor_Entry, it *item, hits int) {
 	r, ro := it.rule, it.rule.Rollout
 	key := counterKey(domain, entries, r)
-	it.arm, it.rollout = ro.Arm(key, s.now()), true
-	if it.arm == enforce.Rolled {
+	it.arm, it.rollout = rollout.Of(ro, key, s.now()), true
+	if it.arm == rollout.Rolled {
 		it.rule, it.state = r.Rolled, it.state.rolled
 		return
 	}
@@ -78,7 +79,7 @@ func (s *Server) chooseArm(q *engine.Request, domain string, entries []*rlv3.Rat
 
 // countArm counts outcome o of a descriptor of rule r (the rule with the
 // rollout) in arm.
-func (s *Server) countArm(r *config.Rule, arm enforce.Arm, o engine.Outcome) {
+func (s *Server) countArm(r *config.Rule, arm rollout.Arm, o engine.Outcome) {
 	s.m.rollouts.WithLabelValues(r.Domain, r.ID, armLabels[arm], decisionLabels[o]).Inc()
 }
 

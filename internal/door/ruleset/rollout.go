@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 	"github.com/tollgate/tollgate/internal/door/storekey"
 )
 
@@ -23,9 +24,9 @@ import (
 // the series are bounded by them.
 
 // armNames are the arm label values, by enforce.Arm; shadowArm follows.
-var armNames = [...]string{enforce.Base: "base", enforce.Announced: "announced", enforce.Rolled: "rolled", shadowArm: "shadow"}
+var armNames = [...]string{rollout.Base: "base", rollout.Announced: "announced", rollout.Rolled: "rolled", shadowArm: "shadow"}
 
-const shadowArm = enforce.Rolled + 1
+const shadowArm = rollout.Rolled + 1
 
 func newRolloutMetric(subsystem string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -35,7 +36,7 @@ func newRolloutMetric(subsystem string) *prometheus.CounterVec {
 }
 
 // countArm counts a decision of policy under arm.
-func (r *rule) countArm(policy string, arm enforce.Arm, o engine.Outcome) {
+func (r *rule) countArm(policy string, arm rollout.Arm, o engine.Outcome) {
 	if r.m.rollouts != nil {
 		r.m.rollouts.WithLabelValues(r.name, policy, armNames[arm], o.String()).Inc()
 	}
@@ -46,14 +47,14 @@ func (r *rule) countArm(policy string, arm enforce.Arm, o engine.Outcome) {
 // key waits for it, and, with Shadow, tries the new limit on the key's
 // shadow state while it does not apply. The shadow's answer never blocks
 // and is only counted; its store failures are counted and logged as any.
-func (r *rule) tryRollout(q *engine.Request, p enforce.Policy, key string, cost int, arm enforce.Arm, announce *[]headers.Decision) {
+func (r *rule) tryRollout(q *engine.Request, p enforce.Policy, key string, cost int, arm rollout.Arm, announce *[]headers.Decision) {
 	ro := p.Rollout
-	if arm == enforce.Announced {
+	if arm == rollout.Announced {
 		*announce = append(*announce, headers.Decision{
 			Policy: p.Name + ":next", Result: tollgate.Result{Limit: ro.Limit}, From: ro.From, DryRun: r.dryRun,
 		})
 	}
-	if !ro.Shadow || arm == enforce.Rolled {
+	if !ro.Shadow || arm == rollout.Rolled {
 		return
 	}
 	st := q.Spend(&r.shadow, p.Name, storekey.Shadow(key), ro.Limit, cost)

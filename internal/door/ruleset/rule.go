@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 )
 
 // Verdict is a rule's decision on one request.
@@ -91,7 +92,7 @@ func checkPolicies(policies []enforce.Policy) error {
 			return fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		if p.Rollout != nil {
-			if err := p.Rollout.Check(p.Limit); err != nil {
+			if err := rollout.Check(p.Rollout, p.Limit); err != nil {
 				return fmt.Errorf("policy %q: %w", p.Name, err)
 			}
 		}
@@ -121,9 +122,9 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 	first := len(dst)
 	var announce []headers.Decision // after the policies' own, in order
 	for _, p := range policies {
-		limit, arm := p.Limit, enforce.Base
+		limit, arm := p.Limit, rollout.Base
 		if ro := p.Rollout; ro != nil {
-			if arm = ro.Arm(key, now()); arm == enforce.Rolled {
+			if arm = rollout.Of(ro, key, now()); arm == rollout.Rolled {
 				limit = ro.Limit
 			}
 			r.tryRollout(q, p, key, cost, arm, &announce)

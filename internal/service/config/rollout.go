@@ -8,6 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 )
 
 // A rate_limit may carry a rollout: a new requests_per_unit (or burst)
@@ -75,7 +76,7 @@ func (b *builder) rollout(m *yaml.Node, r *Rule, f *rateLimitFields) {
 	next.Limit.Rate = int(next.RequestsPerUnit)
 	b.checkLimit(m, &next, &sub)
 	ro.Limit = next.Limit
-	if err := ro.Check(r.Limit); err != nil {
+	if err := rollout.Check(ro, r.Limit); err != nil {
 		b.errorf(m, "%s", strings.TrimPrefix(err.Error(), "rollout: "))
 	}
 	if len(b.errs) > nerr {
