@@ -44,4 +44,3 @@ type Rollout struct {
 	// the new limit would add.
 	Shadow bool
 }
-
