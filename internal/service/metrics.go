@@ -62,7 +62,7 @@ type metrics struct {
 	decisions     *prometheus.CounterVec
 	rollouts      *prometheus.CounterVec // rollout.go
 	requests      [numAPIs][numCodes]prometheus.Counter
-	noRule        [2]prometheus.Counter // by noRuleDomain, noRuleMatch
+	noRule        [3]prometheus.Counter // by noRuleDomain, noRuleMatch, noRuleMissing
 	storeDuration prometheus.Histogram
 	storeErrors   [2]prometheus.Counter // by storeTimeout, storeError
 	storeSkipped  prometheus.Counter
@@ -80,6 +80,7 @@ type metrics struct {
 const (
 	noRuleDomain = iota // unknown_domain
 	noRuleMatch         // no_match
+	noRuleMissing       // missing_value: the /auth or proxy descriptor lacked a value
 )
 
 // How a store call failed: the reason label of
@@ -161,10 +162,11 @@ func (m *metrics) children() []prometheus.Collector {
 	}
 	noRule := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_no_rule_total",
-		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain or no_match.",
+		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain, no_match, or missing_value (a descriptor of /auth or the proxy left out because the request lacked a value it needs, such as a header).",
 	}, []string{"reason"})
 	m.noRule[noRuleDomain] = noRule.WithLabelValues("unknown_domain")
 	m.noRule[noRuleMatch] = noRule.WithLabelValues("no_match")
+	m.noRule[noRuleMissing] = noRule.WithLabelValues("missing_value")
 	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_store_errors_total",
 		Help: "Store calls that failed: reason timeout (the deadline passed) or error. A request counts at most one timeout: after it, the request's other descriptors are not sent (tollgate_serve_store_skipped_total).",
