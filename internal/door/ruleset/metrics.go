@@ -15,8 +15,10 @@ import (
 //	tollgate_<subsystem>_store_errors_total{rule}             counter
 //	tollgate_<subsystem>_bad_costs_total{rule}                counter
 //	tollgate_<subsystem>_rollout_decisions_total{rule, policy, arm, outcome}
+//	tollgate_<subsystem>_penalties_total{rule, policy}
 //
-// (the last only for policies with a rollout; see enforce.Rollout). outcome is one of allowed, denied, dry_run_denied, fail_open and
+// (the last two only for policies with a rollout or a penalty; see
+// enforce.Rollout, enforce.Penalty). outcome is one of allowed, denied, dry_run_denied, fail_open and
 // fail_closed, so the throttle ratio is denied / all, and fail-open events
 // are counted apart from normal traffic. The store's latency and errors
 // include the settles of rules that settle (Spec.Settles), made after the
@@ -28,6 +30,7 @@ type Metrics struct {
 	errors    *prometheus.CounterVec
 	badCosts  *prometheus.CounterVec
 	rollouts  *prometheus.CounterVec // see rollout.go
+	penalties *prometheus.CounterVec
 }
 
 // ruleMetrics are one rule's children, looked up once so that the request
@@ -38,6 +41,7 @@ type ruleMetrics struct {
 	errors    prometheus.Counter
 	badCosts  prometheus.Counter
 	rollouts  *prometheus.CounterVec
+	penalties *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics with the given subsystem ("http", "grpc")
@@ -64,7 +68,11 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 		}, []string{"rule"}),
 	}
 	m.rollouts = newRolloutMetric(subsystem)
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts, m.rollouts} {
+	m.penalties = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "tollgate", Subsystem: subsystem, Name: "penalties_total",
+		Help: "Penalties started (enforce.Penalty): keys kept out for a while after tripping a policy, by rule and policy.",
+	}, []string{"rule", "policy"})
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts, m.rollouts, m.penalties} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -81,6 +89,6 @@ func (m *Metrics) forRule(rule string) ruleMetrics {
 	rm.latency = m.latency.WithLabelValues(rule)
 	rm.errors = m.errors.WithLabelValues(rule)
 	rm.badCosts = m.badCosts.WithLabelValues(rule)
-	rm.rollouts = m.rollouts
+	rm.rollouts, rm.penalties = m.rollouts, m.penalties
 	return rm
 }

@@ -96,6 +96,11 @@ func checkPolicies(policies []enforce.Policy) error {
 				return fmt.Errorf("policy %q: %w", p.Name, err)
 			}
 		}
+		if p.Penalty != nil {
+			if err := engine.CheckPenalty(p.Penalty); err != nil {
+				return fmt.Errorf("policy %q: %w", p.Name, err)
+			}
+		}
 		for _, q := range policies[:i] {
 			if q.Name == p.Name {
 				return fmt.Errorf("two policies named %q", p.Name)
@@ -129,15 +134,7 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 			}
 			r.tryRollout(q, p, key, cost, arm, &announce)
 		}
-		var st engine.Step
-		if hold == nil {
-			st = q.Spend(&r.point, p.Name, key, limit, cost)
-		} else {
-			var at int64
-			if st, at = q.Reserve(&r.point, p.Name, key, limit, cost); st.Outcome == engine.Allowed {
-				*hold = append(*hold, held{rule: idx, policy: p.Name, key: key, limit: limit, at: at, cost: cost})
-			}
-		}
+		st := r.spend(q, p, key, limit, cost, idx, hold)
 		if p.Rollout != nil {
 			r.countArm(p.Name, arm, st.Outcome)
 		}
@@ -171,6 +168,35 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 	}
 	r.count(v.Outcome)
 	return v, dst
+}
+
+// spend spends cost of policy p, whose limit for key is limit, or reserves
+// it when hold is not nil; a policy with a penalty denies at once while
+// the key's penalty runs, and a denial of it counts towards the next one.
+func (r *rule) spend(q *engine.Request, p enforce.Policy, key string, limit tollgate.Limit, cost, idx int, hold *[]held) engine.Step {
+	if p.Penalty != nil {
+		if st, out := q.Penalized(&r.point, p.Name, key, limit, p.Penalty); out {
+			return st
+		}
+	}
+	var st engine.Step
+	if hold == nil {
+		st = q.Spend(&r.point, p.Name, key, limit, cost)
+	} else {
+		var at int64
+		if st, at = q.Reserve(&r.point, p.Name, key, limit, cost); st.Outcome == engine.Allowed {
+			*hold = append(*hold, held{rule: idx, policy: p.Name, key: key, limit: limit, at: at, cost: cost})
+		}
+	}
+	if p.Penalty != nil && (st.Outcome == engine.Denied || st.Outcome == engine.DryRunDenied) && st.Err == nil {
+		if started, wait := q.Trip(&r.point, p.Name, key, p.Penalty); started {
+			st.Result.RetryAfter = max(st.Result.RetryAfter, wait)
+			if r.m.penalties != nil {
+				r.m.penalties.WithLabelValues(r.name, p.Name).Inc()
+			}
+		}
+	}
+	return st
 }
 
 // bindingAmong is headers.Binding, treating dry-run decisions as binding
