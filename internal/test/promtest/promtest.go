@@ -38,7 +38,7 @@ type Target struct {
 // Server is a running Prometheus.
 type Server struct {
 	url string
-	log *logBuffer
+	log *Output
 }
 
 // Binary returns the path of name (prometheus, promtool) or fails tb,
@@ -101,7 +101,7 @@ func start(tb testing.TB, bin, cfg, data string) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+data,
 		"--web.listen-address="+addr, "--log.level=warn")
-	log := new(logBuffer)
+	log := new(Output)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -231,19 +231,20 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// logBuffer is a process's output, written and read concurrently.
-type logBuffer struct {
+// Output is a process's output (its standard output and error), written
+// and read concurrently.
+type Output struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
+func (b *Output) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *logBuffer) String() string {
+func (b *Output) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
