@@ -61,6 +61,7 @@ func (c code) String() string { return codeNames[c] }
 type metrics struct {
 	decisions     *prometheus.CounterVec
 	rollouts      *prometheus.CounterVec // rollout.go
+	penalties     *prometheus.CounterVec
 	requests      [numAPIs][numCodes]prometheus.Counter
 	noRule        [3]prometheus.Counter // by noRuleDomain, noRuleMatch, noRuleMissing
 	storeDuration prometheus.Histogram
@@ -78,9 +79,9 @@ type metrics struct {
 // Why a descriptor has no rule: the reason label of
 // tollgate_serve_no_rule_total.
 const (
-	noRuleDomain = iota // unknown_domain
-	noRuleMatch         // no_match
-	noRuleMissing       // missing_value: the /auth or proxy descriptor lacked a value
+	noRuleDomain  = iota // unknown_domain
+	noRuleMatch          // no_match
+	noRuleMissing        // missing_value: the /auth or proxy descriptor lacked a value
 )
 
 // How a store call failed: the reason label of
@@ -129,12 +130,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Descriptors answered by failure mode without a store call because their request's deadline had already passed (after a store call of the same request timed out).",
 		}),
 		rollouts: newRolloutMetric(),
+		penalties: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_serve_penalties_total",
+			Help: "Penalties started by rules with a penalty: counters kept out for a while after tripping their limit, by domain and rule.",
+		}, []string{"domain", "rule"}),
 		globalDryRun: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_serve_global_shadow_total",
 			Help: "Requests over the limit answered OK because of the global dry run (--shadow-mode).",
 		}),
 	}
-	cs := append([]prometheus.Collector{m.decisions, m.rollouts, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
+	cs := append([]prometheus.Collector{m.decisions, m.rollouts, m.penalties, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
 		m.children()...)
 	if reg != nil {
 		for _, c := range cs {

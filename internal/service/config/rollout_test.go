@@ -94,3 +94,32 @@ func TestRolloutErrors(t *testing.T) {
 		t.Errorf("unlimited with a rollout: %v, want %q", err, want)
 	}
 }
+
+func TestPenaltyParsed(t *testing.T) {
+	t.Parallel()
+	rules, err := config.Parse("p.yaml", []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5, penalty: {for: 15m, after: 5, within: 10m}}\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 5, penalty: {for: 30s}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, ip := rules.All()[0].Penalty, rules.All()[1].Penalty
+	if user == nil || user.For != 15*time.Minute || user.After != 5 || user.Within != 10*time.Minute {
+		t.Errorf("user's penalty %+v", user)
+	}
+	if ip == nil || ip.For != 30*time.Second || ip.After != 0 {
+		t.Errorf("ip's penalty %+v", ip)
+	}
+	head := "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n"
+	tests := []struct{ name, penalty, want string }{
+		{"no for", "      penalty: {after: 3, within: 1m}\n", "p.yaml:7:16: for must be positive"},
+		{"bad duration", "      penalty: {for: soon}\n", `p.yaml:7:22: want a positive duration such as 90s, 15m or 1h30m, found "soon"`},
+		{"after without within", "      penalty: {for: 1m, after: 3}\n", "p.yaml:7:16: after 3 denials needs within"},
+		{"after 0", "      penalty: {for: 1m, after: 0}\n", "p.yaml:7:33: after must be at least 1"},
+		{"unknown key", "      penalty: {for: 1m, during: 1h}\n", `p.yaml:7:26: unknown key "during"`},
+	}
+	for _, tc := range tests {
+		_, err := config.Parse("p.yaml", []byte(head+tc.penalty))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error\n%v\nwant it to contain\n%s", tc.name, err, tc.want)
+		}
+	}
+}

@@ -118,6 +118,9 @@ type Rule struct {
 	// rollout's RequestsPerUnit and Limit, and no Rollout of its own.
 	Rollout *enforce.Rollout
 	Rolled  *Rule
+	// Penalty, when not nil, keeps a counter that trips the rule out for a
+	// while (a penalty in the rules file; see enforce.Penalty).
+	Penalty *enforce.Penalty
 	// Concurrency, when not nil, makes the rule a concurrency limit: at
 	// most Concurrency.Max requests of a counter in flight at once,
 	// instead of a rate. Unit, RequestsPerUnit and Limit are then zero.
