@@ -86,3 +86,13 @@ func (q *Request) Trip(p *Point, policy, key string, pen *enforce.Penalty) (star
 	}
 	return true, pen.For
 }
+
+// PenaltyLimits returns the limits of pen's two states: the penalty's, and
+// the denials' (its Rate 0 when the first denial starts the penalty and no
+// denials are counted), for whoever resets them.
+func PenaltyLimits(pen *enforce.Penalty) (penalty, denials tollgate.Limit) {
+	if pen.After > 1 {
+		denials = denialsLimit(pen)
+	}
+	return penaltyLimit(pen), denials
+}
