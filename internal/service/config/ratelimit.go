@@ -56,8 +56,8 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 // its Rule: the nodes of its keys (for messages), the algorithm and burst.
 type rateLimitFields struct {
 	unitNode, rpuNode, algNode, burstNode, costNode, replNode, rolloutNode, penaltyNode *yaml.Node
-	alg                                                                    tollgate.Algorithm
-	burst                                                                  int
+	alg                                                                                 tollgate.Algorithm
+	burst                                                                               int
 }
 
 // rateLimitFields reads the rate_limit mapping m into r and the fields
