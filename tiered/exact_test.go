@@ -97,10 +97,7 @@ func TestLocalAnswersExact(t *testing.T) {
 				}
 			}
 		},
-		stores: func(t *testing.T, now func() time.Time) (tollgate.Store, tollgate.Store) {
-			c := server.Client(t)
-			return redisstore.New(c, redisstore.WithClock(now)), redisstore.New(c, redisstore.WithClock(now))
-		},
+		stores:   redisStores,
 		plainKey: func(k string) string { return "plain:" + k },
 	}
 	for _, tc := range []struct {
@@ -113,6 +110,36 @@ func TestLocalAnswersExact(t *testing.T) {
 				t.Parallel()
 				tc.run.check(t, rand.New(rand.NewPCG(seed, 0x7165726564)))
 			})
+		}
+	}
+}
+
+// redisStores returns the global and the plain store of
+// TestLocalAnswersExact's Redis half, on one client, both on now.
+func redisStores(t *testing.T, now func() time.Time) (global, plain tollgate.Store) {
+	c := server.Client(t)
+	return redisstore.New(c, redisstore.WithClock(now)), redisstore.New(c, redisstore.WithClock(now))
+}
+
+// TestRedisStoresPause: the stores of TestLocalAnswersExact's Redis half
+// decide by the test's clock alone, however much real time passes between
+// two calls at one instant of it (a busy machine's pause): a bucket that
+// one request emptied, full again 1ms later on that clock, is still empty
+// 20ms later in real time.
+func TestRedisStoresPause(t *testing.T) {
+	t.Parallel()
+	clock := conformance.NewClock()
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 1000, Period: time.Second, Burst: 1}
+	global, plain := redisStores(t, clock.Now)
+	for name, store := range map[string]tollgate.Store{"global": global, "plain": plain} {
+		k := key(t)
+		if res, err := store.AllowN(ctx, k, limit, 1); err != nil || !res.Allowed || res.ResetAfter != time.Millisecond {
+			t.Fatalf("%s store, first request: %+v, %v; want admitted, full again in 1ms", name, res, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if res, err := store.AllowN(ctx, k, limit, 1); err != nil || res.Allowed || res.RetryAfter != time.Millisecond {
+			t.Errorf("%s store, at the same instant 20ms later in real time: %+v, %v; want denied, retry in 1ms", name, res, err)
 		}
 	}
 }
