@@ -77,9 +77,8 @@ func TestLocalAnswersExact(t *testing.T) {
 		plainKey: func(k string) string { return k },
 	}
 	// Redis expires keys in real time, which the clock here does not
-	// follow: its limits are slow enough (a token a minute or slower) that
-	// no key written by a run expires while it runs, and no plan changes
-	// (a state's TTL is computed under the limit that wrote it).
+	// follow: the stores keep their keys (redisStores), and the limits are
+	// slow (a token a minute or slower), with no plan changes.
 	redis := exactRun{
 		steps: 3000,
 		limit: func(rng *rand.Rand) tollgate.Limit {
@@ -115,9 +114,10 @@ func TestLocalAnswersExact(t *testing.T) {
 }
 
 // redisStores returns the global and the plain store of
-// TestLocalAnswersExact's Redis half, on one client, both on now.
+// TestLocalAnswersExact's Redis half, both on now, on a client that keeps
+// every key they write (lasting): their answers follow now alone.
 func redisStores(t *testing.T, now func() time.Time) (global, plain tollgate.Store) {
-	c := server.Client(t)
+	c := lasting(t)
 	return redisstore.New(c, redisstore.WithClock(now)), redisstore.New(c, redisstore.WithClock(now))
 }
 

@@ -15,7 +15,8 @@ import (
 )
 
 // globalStores are the global stores the lease tests run against, on a
-// settable clock: a memorystore, and redisstore on real Redis.
+// settable clock: a memorystore, and redisstore on real Redis, its keys
+// kept while that clock stands still (lasting).
 func globalStores() []struct {
 	name string
 	new  func(t *testing.T, now func() time.Time) tollgate.Store
@@ -28,7 +29,7 @@ func globalStores() []struct {
 			return memorystore.New(memorystore.WithClock(now))
 		}},
 		{"redis", func(t *testing.T, now func() time.Time) tollgate.Store {
-			return redisstore.New(server.Client(t), redisstore.WithClock(now))
+			return redisstore.New(lasting(t), redisstore.WithClock(now))
 		}},
 	}
 }
