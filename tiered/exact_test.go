@@ -76,26 +76,12 @@ func TestLocalAnswersExact(t *testing.T) {
 		},
 		plainKey: func(k string) string { return k },
 	}
-	// Redis expires keys in real time, which the clock here does not
-	// follow: the stores keep their keys (redisStores), and the limits are
-	// slow (a token a minute or slower), with no plan changes.
+	// The same on Redis, whose stores keep their keys (redisStores):
+	// Redis counts TTLs in real time, which the clock here does not follow.
 	redis := exactRun{
-		steps: 3000,
-		limit: func(rng *rand.Rand) tollgate.Limit {
-			if rng.IntN(3) == 0 {
-				return largeLimit(rng, []time.Duration{800 * 24 * time.Hour})
-			}
-			for {
-				l := randomLimit(rng)
-				l.Period = []time.Duration{time.Hour, 24 * time.Hour}[rng.IntN(2)]
-				if l.MaxDelay > 0 {
-					l.MaxDelay *= 3600
-				}
-				if l.Validate() == nil {
-					return l
-				}
-			}
-		},
+		steps:    3000,
+		changes:  true,
+		limit:    memory.limit,
 		stores:   redisStores,
 		plainKey: func(k string) string { return "plain:" + k },
 	}
