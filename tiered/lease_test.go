@@ -91,7 +91,7 @@ func TestConcurrentLeaseTakes(t *testing.T) {
 			t.Parallel()
 			clock := conformance.NewClock()
 			global := newGate(g.new(t, clock.Now), concurrent)
-			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, time.Second))
+			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, time.Second), untimed)
 			key := key(t)
 			var wg sync.WaitGroup
 			for range concurrent {
@@ -134,7 +134,7 @@ func TestLeaseBeforeDenial(t *testing.T) {
 			t.Parallel()
 			clock := conformance.NewClock()
 			global := g.new(t, clock.Now)
-			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithLeases(10, time.Minute))
+			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithLeases(10, time.Minute), untimed)
 			plain := memorystore.New(memorystore.WithClock(clock.Now))
 			key := key(t)
 			for i, n := range costs {

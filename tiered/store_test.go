@@ -311,7 +311,7 @@ func TestInvalidInput(t *testing.T) {
 // TestReset forgets the remembered denial along with the global state.
 func TestReset(t *testing.T) {
 	t.Parallel()
-	s := tiered.New(redisstore.New(server.Client(t)), tiered.WithDenialCache())
+	s := tiered.New(redisstore.New(server.Client(t)), tiered.WithDenialCache(), untimed)
 	ctx := context.Background()
 	k, limit := key(t), tollgate.PerMinute(1)
 	for i, want := range []bool{true, false, false} {
