@@ -31,6 +31,9 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 	if len(b.errs) == nerr && !r.Unlimited && r.RequestsPerUnit != 0 {
 		b.checkLimit(m, r, &f)
 	}
+	if len(b.errs) == nerr && b.warn != nil {
+		b.rateWarnings(r, &f, path)
+	}
 	b.finishRule(r, path)
 	if len(b.errs) > nerr {
 		return nil
