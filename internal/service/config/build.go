@@ -76,6 +76,14 @@ func (b *builder) finish() (*Rules, error) {
 		}
 		return nil, &LoadError{Errors: b.errs, msg: "config: " + strings.Join(msgs, "\nconfig: ")}
 	}
+	for _, r := range b.rules.all {
+		if r.Rollout != nil {
+			rolled := *r // complete now: its path, flags and index
+			rolled.RequestsPerUnit, rolled.Limit = r.rolledPerUnit, r.Rollout.Limit
+			rolled.Rollout = nil
+			r.Rolled = &rolled
+		}
+	}
 	return b.rules, nil
 }
 
