@@ -45,6 +45,9 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 			b.rollout(f.rolloutNode, r, &f)
 		}
 	}
+	if len(b.errs) == nerr && b.warn != nil {
+		b.rateWarnings(r, &f, path)
+	}
 	b.finishRule(r, path)
 	if len(b.errs) > nerr {
 		return nil
