@@ -52,8 +52,8 @@ type AdminToken struct {
 type adminCounter struct {
 	Domain    string   `json:"domain"`
 	Keys      []string `json:"keys"`
-	Rule      string   `json:"rule"`
-	Kind      string   `json:"kind"` // rate, concurrency, unlimited
+	Rule      string   `json:"rule,omitempty"`
+	Kind      string   `json:"kind,omitempty"` // rate, concurrency, unlimited
 	Limit     string   `json:"limit,omitempty"`
 	Arm       string   `json:"arm,omitempty"`
 	Remaining *int64   `json:"remaining,omitempty"`
