@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/store/calendar"
 	"github.com/tollgate/tollgate/internal/store/exact"
 )
 
@@ -31,9 +32,11 @@ const (
 	// against the key, where TokenBucket lets the key spend what it has.
 	GCRA
 	// FixedWindow counts requests in windows of Period aligned to the Unix
-	// epoch (a per-day limit resets at midnight UTC) and admits Rate per
-	// window. Cheapest; but a client can send Rate at the end of one window
-	// and Rate again at the start of the next: twice the limit in moments.
+	// epoch (a per-day limit resets at midnight UTC), or in the calendar's
+	// days, weeks or months of a time zone (Limit.Calendar), and admits Rate
+	// per window. Cheapest; but a client can send Rate at the end of one
+	// window and Rate again at the start of the next: twice the limit in
+	// moments.
 	FixedWindow
 	// SlidingWindowLog keeps the time of every admitted request and admits
 	// at most Rate in any span of Period. Exact, but memory and the cost of
@@ -43,7 +46,9 @@ const (
 	// SlidingWindowCounter keeps the counts of the current and the previous
 	// fixed window and weighs the previous one by how much of it still
 	// overlaps the sliding window. Near-exact in constant memory: the usual
-	// choice for public APIs.
+	// choice for public APIs. With Limit.Calendar its windows are calendar
+	// ones, of unequal lengths: the previous window weighs the share of the
+	// current one still to come (see Calendar).
 	SlidingWindowCounter
 	// LeakyBucket drains at Rate per Period and holds Burst. As a policer
 	// (MaxDelay 0) it rejects what would overflow and decides exactly as
@@ -124,15 +129,58 @@ func (a *Algorithm) UnmarshalText(text []byte) error {
 // and ignore Burst. MaxDelay > 0 turns a LeakyBucket
 // into a shaper (see LeakyBucket) and is invalid on other algorithms.
 //
-// The state of a key is kept per (key, Algorithm, Period): changing Rate or
-// Burst keeps what the key has spent, changing the algorithm or the period
-// starts afresh.
+// The state of a key is kept per (key, Algorithm, Period, Calendar):
+// changing Rate or Burst keeps what the key has spent, changing the
+// algorithm, the period or the calendar starts afresh.
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int
 	Period    time.Duration
 	Burst     int
 	MaxDelay  time.Duration
+	// Calendar, when its Unit is set, makes a FixedWindow or
+	// SlidingWindowCounter count Rate per calendar day, week or month of a
+	// time zone instead of per Period since the Unix epoch; Period is then
+	// 0. The zero Calendar keeps the epoch's windows.
+	Calendar Calendar
+}
+
+// Calendar names calendar windows: a quota that resets at local midnight,
+// on Monday or on the 1st of the month, as billing plans do. It is one
+// field of Limit, not a new kind of limit, so that everything taking a
+// Limit (stores, middleware, headers) takes a calendar one unchanged.
+//
+// Unit is "day", "week" (Monday 00:00 to Monday 00:00) or "month" (the 1st
+// at 00:00 to the next 1st); Zone is the IANA name of the time zone whose
+// calendar it is, such as "Europe/Berlin", or "UTC". "" and "Local" are
+// refused: replicas must agree on every window's edges. The zone's rules
+// come from the time zone database Go finds (the system's, or one embedded
+// with time/tzdata), which replicas must share.
+//
+// A window starts at the first instant whose local date is its day (local
+// midnight, or the end of a DST gap that skips midnight) and ends where the
+// next starts: a day across a DST change is 23 or 25 hours long, a month
+// 28 to 31 days. ResetAfter and RetryAfter run to that instant exactly.
+//
+// Only the window algorithms have windows: a Calendar on TokenBucket,
+// GCRA, LeakyBucket or SlidingWindowLog is refused (a bucket refills
+// continuously at Rate per Period, and a log counts any span of Period;
+// neither has an edge to put on the calendar).
+//
+// A SlidingWindowCounter estimates, at instant t of the window [s, e), the
+// previous window's count × (e − t)/(e − s) plus the current count: the
+// previous window weighs the share of the current one still to come,
+// whatever the two windows' lengths, counted in whole seconds. Its Rate is
+// at most 814,453,057 (Rate × the seconds of 32 days stays below 2^51).
+//
+// A calendar window's state is its own: apart from the key's
+// epoch-aligned windows, and from another unit's or zone's (the zone's
+// name is part of the state's name, so two names of one zone, such as
+// US/Pacific and America/Los_Angeles, are two states). Settling a
+// reservation (Settler) is not supported under a calendar window.
+type Calendar struct {
+	Unit string
+	Zone string
 }
 
 // PerSecond returns a token bucket of rate per second with a burst of rate.
@@ -185,12 +233,16 @@ func (l Limit) String() string {
 	b := make([]byte, 0, 48)
 	b = strconv.AppendInt(b, int64(l.Rate), 10)
 	b = append(b, '/')
-	switch l.Period {
-	case time.Second:
+	switch {
+	case l.Calendar != (Calendar{}):
+		b = append(b, l.Calendar.Unit...)
+		b = append(b, ' ')
+		b = append(b, l.Calendar.Zone...)
+	case l.Period == time.Second:
 		b = append(b, 's')
-	case time.Minute:
+	case l.Period == time.Minute:
 		b = append(b, 'm')
-	case time.Hour:
+	case l.Period == time.Hour:
 		b = append(b, 'h')
 	default:
 		b = append(b, shortDuration(l.Period)...)
@@ -230,8 +282,11 @@ func shortDuration(d time.Duration) string {
 // arguments, so the reduction and the bounds are computed once, in Go.
 type Params struct {
 	Algorithm Algorithm
-	// PeriodUS is the period in microseconds.
+	// PeriodUS is the period in microseconds; 0 under a Calendar.
 	PeriodUS int64
+	// Calendar is the loaded Limit.Calendar, nil for windows aligned to
+	// the epoch. One pointer per (unit, zone) for the life of the process.
+	Calendar *calendar.Spec
 	// Rate and Burst as in Limit.
 	Rate, Burst int64
 	// Unit is how many fixed-point units make one token (TokenBucket,
@@ -281,7 +336,7 @@ type cachedParams struct {
 // cacheSet returns the paramsCache set of l.
 func cacheSet(l Limit) *[2]atomic.Pointer[cachedParams] {
 	h := uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
-		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.MaxDelay) ^ uint64(l.Algorithm)
+		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.MaxDelay) ^ uint64(l.Algorithm) ^ uint64(len(l.Calendar.Zone))<<40
 	return &paramsCache[(h^h>>29)%uint64(len(paramsCache))]
 }
 
@@ -320,6 +375,9 @@ func (l Limit) computeParams() (Params, error) {
 	}
 	if l.Rate < 1 || int64(l.Rate) >= exact.Max {
 		return p, fmt.Errorf("%w: rate must be between 1 and 2^53, got %d", ErrInvalidLimit, l.Rate)
+	}
+	if l.Calendar != (Calendar{}) {
+		return l.calendarParams(p)
 	}
 	if l.Period <= 0 || l.Period%time.Microsecond != 0 || l.Period/time.Microsecond > exact.MaxHorizon {
 		return p, fmt.Errorf("%w: period must be a whole number of microseconds between 1µs and 2^46µs (about 814 days), got %v", ErrInvalidLimit, l.Period)
@@ -380,6 +438,31 @@ func (l Limit) computeParams() (Params, error) {
 			p.Capacity += p.MaxDelayUS * p.UnitRate / p.Unit
 		}
 		p.MaxDebt = max(0, min(p.Capacity, (exact.Max-1)/p.Unit-p.Capacity))
+	}
+	return p, nil
+}
+
+// calendarParams returns the Params of a limit with a Calendar, whose
+// algorithm and rate p holds, checked.
+func (l Limit) calendarParams(p Params) (Params, error) {
+	if l.Algorithm != FixedWindow && l.Algorithm != SlidingWindowCounter {
+		return p, fmt.Errorf("%w: a calendar applies only to fixed_window and sliding_window_counter, not to %s: it has no window to put on the calendar", ErrInvalidLimit, l.Algorithm)
+	}
+	spec, err := calendar.Lookup(l.Calendar.Unit, l.Calendar.Zone)
+	if err != nil {
+		return p, fmt.Errorf("%w: %w", ErrInvalidLimit, err)
+	}
+	if l.Period != 0 || l.MaxDelay != 0 {
+		return p, fmt.Errorf("%w: a calendar %s is its own window: leave Period 0 (and MaxDelay), got %v", ErrInvalidLimit, l.Calendar.Unit, l.Period)
+	}
+	p.Calendar = spec
+	p.Capacity, p.MaxDebt = p.Rate, p.Rate
+	if l.Algorithm == SlidingWindowCounter {
+		steps := spec.Unit.MaxLen() / exact.CalendarGrain
+		if p.Rate > exact.Max/4/steps {
+			return p, fmt.Errorf("%w: %d per calendar %s is too fine for the sliding window counter to count exactly (rate × the seconds of %d days must stay below 2^51); use fixed_window", ErrInvalidLimit, l.Rate, l.Calendar.Unit, spec.Unit.MaxLen()/86_400_000_000)
+		}
+		p.MaxDebt = min(p.Rate, exact.Max/4/steps-p.Rate)
 	}
 	return p, nil
 }

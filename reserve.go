@@ -172,6 +172,9 @@ func CheckSettle(key string, l Limit, at int64, reserved, actual int) (Params, i
 	if err != nil {
 		return p, 0, err
 	}
+	if p.Calendar != nil {
+		return p, 0, fmt.Errorf("%w: %s: settling is not supported under a calendar window", ErrInvalidLimit, l)
+	}
 	if actual < 0 {
 		return p, 0, fmt.Errorf("%w: an actual cost must be at least 0, got %d", ErrInvalidCost, actual)
 	}

@@ -246,6 +246,10 @@ func tatAt(s *state, fresh bool, p *tollgate.Params, now int64) (tat, frac int64
 }
 
 func fixedWindow(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
+	if p.Calendar != nil {
+		calendarFixedWindow(d, s, fresh, p, now, n)
+		return
+	}
 	window := now / p.PeriodUS
 	count := int64(0)
 	if !fresh && s.a >= window { // s.a > window: the clock went back; stay
@@ -268,6 +272,10 @@ func fixedWindow(d *decision, s *state, fresh bool, p *tollgate.Params, now, n i
 }
 
 func slidingWindowCounter(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
+	if p.Calendar != nil {
+		calendarSlidingWindowCounter(d, s, fresh, p, now, n)
+		return
+	}
 	period := p.PeriodUS
 	window := now / period
 	cur, prev := int64(0), int64(0)
@@ -316,6 +324,90 @@ func slidingWindowCounter(d *decision, s *state, fresh bool, p *tollgate.Params,
 		d.reset = start + 2*period - now
 	case prev > 0:
 		d.reset = start + period - now
+	}
+}
+
+// calendarFixedWindow is fixedWindow in calendar windows (Limit.Calendar),
+// as lua/calendar.lua decides it: the state is the window's start (a), its
+// count (b) and its end (c), so that a clock that stepped back stays in
+// the newer window with that window's own end.
+func calendarFixedWindow(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
+	w, _ := p.Calendar.Window(now) // decideAt checked it
+	start, end, count := w.Start, w.End, int64(0)
+	if !fresh && s.a >= start {
+		start, count, end = s.a, s.b, s.c
+	}
+	d.allowed = n == 0 || count+n <= p.Rate
+	switch {
+	case !d.allowed:
+		d.retry = end - now
+	case n > 0:
+		count += n
+		s.a, s.b, s.c = start, count, end
+		d.write = true
+	}
+	d.remaining = max(p.Rate-count, 0)
+	if count > 0 {
+		d.reset = end - now
+	}
+}
+
+// calendarSlidingWindowCounter is slidingWindowCounter in calendar windows,
+// of unequal lengths, as lua/calendar.lua decides it: at t in the window
+// [start, end) the previous window's count weighs (steps − step)/steps,
+// steps the window's whole seconds, step those elapsed. The state is the
+// window's start (a) and the two counts (b, c); the window's edges come
+// from its start.
+func calendarSlidingWindowCounter(d *decision, s *state, fresh bool, p *tollgate.Params, now, n int64) {
+	w, _ := p.Calendar.Window(now) // decideAt checked it
+	cur, prev := int64(0), int64(0)
+	if !fresh {
+		switch {
+		case s.a > w.Start: // a newer window: the clock stepped back
+			w, _ = p.Calendar.Window(s.a)
+			cur, prev = s.b, s.c
+		case s.a == w.Start:
+			cur, prev = s.b, s.c
+		case s.a == w.Prev:
+			prev = s.b
+		}
+	}
+	const grain = exact.CalendarGrain
+	start, end := w.Start, w.End
+	steps := (end - start) / grain
+	step := (max(now, start) - start) / grain
+	weighted := prev * (steps - step)
+	d.allowed = n == 0 || weighted+(cur+n)*steps <= p.Rate*steps
+	switch {
+	case !d.allowed:
+		var at int64
+		if cur+n <= p.Rate {
+			if k := steps - (p.Rate-cur-n)*steps/prev; k < steps {
+				at = start + k*grain
+			}
+		}
+		if at == 0 {
+			// In the next window, of its own length, where this
+			// window's count is the one that fades.
+			next := (w.Next - end) / grain
+			k := int64(0)
+			if cur > 0 {
+				k = max(next-(p.Rate-n)*next/cur, 0)
+			}
+			at = end + k*grain
+		}
+		d.retry = at - now
+	case n > 0:
+		cur += n
+		s.a, s.b, s.c = start, cur, prev
+		d.write = true
+	}
+	d.remaining = max(p.Rate*steps-weighted-cur*steps, 0) / steps
+	switch {
+	case cur > 0:
+		d.reset = w.Next - now
+	case prev > 0:
+		d.reset = end - now
 	}
 }
 

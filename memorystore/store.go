@@ -79,7 +79,8 @@ type checked struct {
 // slots returns the two slots of limits that limit may take.
 func (s *Store) slots(limit *tollgate.Limit) (one, two *atomic.Pointer[checked]) {
 	h := uint64(limit.Rate)*0x9e3779b97f4a7c15 ^ uint64(limit.Period)*0xc2b2ae3d27d4eb4f ^
-		uint64(limit.Burst)*0x165667b19e3779f9 ^ uint64(limit.MaxDelay) ^ uint64(limit.Algorithm)
+		uint64(limit.Burst)*0x165667b19e3779f9 ^ uint64(limit.MaxDelay) ^ uint64(limit.Algorithm) ^
+		uint64(len(limit.Calendar.Zone))<<40
 	h ^= h >> 29
 	const mask = uint64(len(s.limits) - 1)
 	return &s.limits[h&mask], &s.limits[h>>58&mask]
@@ -101,7 +102,7 @@ func (s *Store) known(limit *tollgate.Limit) *tollgate.Params {
 // holds reports whether c is limit's.
 func (c *checked) holds(limit *tollgate.Limit) bool {
 	return c.limit.Rate == limit.Rate && c.limit.Period == limit.Period && c.limit.Burst == limit.Burst &&
-		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm
+		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm && c.limit.Calendar == limit.Calendar
 }
 
 // check validates a request as tollgate.CheckRequest does and returns the
@@ -250,6 +251,12 @@ func (s *Store) decideAt(ctx context.Context, r *tollgate.Result, key string, li
 	now := s.clock()
 	if now < 0 || now > exact.MaxNow || ctx.Err() != nil {
 		return now, s.usable(ctx, now)
+	}
+	if p.Calendar != nil {
+		// The algorithms find the window again, in its cache.
+		if _, err := p.Calendar.Window(now); err != nil {
+			return now, fmt.Errorf("memorystore: %w", err)
+		}
 	}
 
 	var d decision

@@ -36,8 +36,13 @@ type entry struct {
 }
 
 // kindOf packs an algorithm and a period (at most 2^46 µs, as Params
-// guarantees) into one word, compared at once.
+// guarantees) into one word, compared at once. A calendar window's kind has
+// its top bit set and its (unit, zone)'s number in place of the period, so
+// it never meets an epoch window's or another calendar's.
 func kindOf(p *tollgate.Params) uint64 {
+	if p.Calendar != nil {
+		return 1<<63 | p.Calendar.ID<<3 | uint64(p.Algorithm)
+	}
 	return uint64(p.PeriodUS)<<3 | uint64(p.Algorithm)
 }
 

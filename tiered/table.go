@@ -9,15 +9,16 @@ import (
 )
 
 // skey identifies a key's state as the stores do: one per (key, algorithm,
-// period).
+// period, calendar).
 type skey struct {
 	key    string
 	alg    tollgate.Algorithm
 	period time.Duration
+	cal    tollgate.Calendar
 }
 
 func keyOf(key string, limit tollgate.Limit) skey {
-	return skey{key: key, alg: limit.Algorithm, period: limit.Period}
+	return skey{key: key, alg: limit.Algorithm, period: limit.Period, cal: limit.Calendar}
 }
 
 // table is a bounded map from skey to V, in independently locked shards. A

@@ -50,6 +50,12 @@ func SlidingGrain(periodUS int64) int64 {
 	return 1
 }
 
+// CalendarGrain is the step, in µs, at which the sliding window counter
+// weighs the previous window of a calendar limit: a second. Calendar
+// windows start and end on whole seconds, and a month counted in seconds
+// leaves room for rates up to 814,453,057 a month below 2^51.
+const CalendarGrain = 1_000_000
+
 // MulDiv returns ⌊v·to/from⌋ computed exactly in 128 bits, or limit when that
 // is larger, for 0 ≤ v, 0 ≤ to, 1 ≤ from and limit ≥ 0. The stores convert
 // a fixed-point amount kept with another unit (the limit's rate changed)
