@@ -154,3 +154,15 @@ func TestModelCases(t *testing.T) {
 func TestSettleModel(t *testing.T) {
 	conformance.SettleModel(t, modelTarget(), *modelSteps/2, seed(t))
 }
+
+// TestModelCalendar: calendar windows against the model, across Berlin's
+// DST changes of 2027 and the Februaries of 2027 and 2028.
+func TestModelCalendar(t *testing.T) {
+	s := seed(t)
+	for _, alg := range []tollgate.Algorithm{tollgate.FixedWindow, tollgate.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.ModelCalendar(t, modelTarget(), alg, rand.NewPCG(s, 0xca1+uint64(alg)), *modelSteps)
+		})
+	}
+}

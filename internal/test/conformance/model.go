@@ -30,7 +30,7 @@ func NewModelStore(now func() time.Time) *ModelStore {
 }
 
 func stateName(key string, l tollgate.Limit) string {
-	return fmt.Sprintf("%s\x00%d\x00%d", key, l.Algorithm, l.Period)
+	return fmt.Sprintf("%s\x00%d\x00%d\x00%s\x00%s", key, l.Algorithm, l.Period, l.Calendar.Unit, l.Calendar.Zone)
 }
 
 // AllowN implements tollgate.Store.

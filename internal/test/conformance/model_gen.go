@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/store/exact"
+	"github.com/tollgate/tollgate/internal/test/model"
 )
 
 // Gen generates random calls over the whole space of valid inputs of one
@@ -29,6 +30,9 @@ type Gen struct {
 	// short: limits whose state is full again within shortSpan (see
 	// NewShortGen).
 	short bool
+	// calendar: calendar windows around DST changes and Februaries (see
+	// NewCalendarGen).
+	calendar bool
 }
 
 // Call is one generated request: key number Key (of ModelKeys) at Now (µs
@@ -91,6 +95,91 @@ func NewShortGen(alg tollgate.Algorithm, src rand.Source) *Gen {
 	g.now = minNow
 	g.limit = g.newLimit(g.period())
 	return g
+}
+
+// NewCalendarGen returns a generator for alg (FixedWindow or
+// SlidingWindowCounter) of calendar windows: days, weeks and months in
+// Europe/Berlin (mostly), America/Santiago and UTC, at rates from 1 to a
+// million, with the clock around Berlin's DST changes of 2027-03-28 and
+// 2027-10-31 and the Februaries of 2027 and 2028 (a leap year). The clock
+// stands still, steps by µs, hours or days, lands on RetryAfter,
+// ResetAfter and a µs either side of a window's edge, steps back, and now
+// and then jumps to another of those dates; the rate and the calendar
+// change on live keys.
+func NewCalendarGen(alg tollgate.Algorithm, src rand.Source) *Gen {
+	g := &Gen{rng: rand.New(src), alg: alg, calendar: true}
+	g.now = g.calendarInstant()
+	g.limit = g.calendarLimit()
+	return g
+}
+
+// calendarEras are the instants a calendar generator's clock stays near.
+var calendarEras = []time.Time{
+	time.Date(2027, 3, 28, 1, 0, 0, 0, time.UTC),  // Berlin: 02:00 CET is 03:00 CEST
+	time.Date(2027, 10, 31, 1, 0, 0, 0, time.UTC), // Berlin: 03:00 CEST is 02:00 CET
+	time.Date(2027, 2, 14, 12, 0, 0, 0, time.UTC), // February, 28 days
+	time.Date(2028, 2, 15, 12, 0, 0, 0, time.UTC), // February, 29 days
+	time.Date(2027, 9, 5, 4, 0, 0, 0, time.UTC),   // Santiago: 24:00 is 01:00
+}
+
+// calendarInstant returns an instant within ten days of an era.
+func (g *Gen) calendarInstant() int64 {
+	era := calendarEras[g.rng.IntN(len(calendarEras))].UnixMicro()
+	return era + g.rng.Int64N(20*86_400_000_000) - 10*86_400_000_000
+}
+
+func (g *Gen) calendarLimit() tollgate.Limit {
+	units := []string{"day", "week", "month"}
+	zones := []string{"Europe/Berlin", "Europe/Berlin", "Europe/Berlin", "America/Santiago", "UTC"}
+	l := tollgate.Limit{Algorithm: g.alg, Calendar: tollgate.Calendar{Unit: units[g.rng.IntN(len(units))], Zone: zones[g.rng.IntN(len(zones))]}}
+	l.Rate = g.calendarRate()
+	return l
+}
+
+func (g *Gen) calendarRate() int {
+	switch g.rng.IntN(4) {
+	case 0:
+		return 1 + g.rng.IntN(3)
+	case 1:
+		return 1 + g.rng.IntN(20)
+	default:
+		return int(g.logUniform(1, 1_000_000))
+	}
+}
+
+// moveCalendarClock moves a calendar generator's clock.
+func (g *Gen) moveCalendarClock() {
+	const hour = 3_600_000_000
+	var d int64
+	switch r := g.rng.IntN(100); {
+	case r < 20: // frozen
+	case r < 32:
+		d = 1 + g.rng.Int64N(10)
+	case r < 50:
+		d = g.rng.Int64N(2 * 24 * hour)
+	case r < 58:
+		d = durUS(g.last.RetryAfter)
+	case r < 62:
+		d = durUS(g.last.RetryAfter) - 1
+	case r < 70:
+		d = durUS(g.last.ResetAfter) - g.rng.Int64N(2)
+	case r < 80: // a µs either side of the window's end
+		_, end := model.CalendarWindow(g.limit.Calendar, g.now)
+		d = end - g.now + g.rng.Int64N(3) - 1
+	case r < 86:
+		d = g.rng.Int64N(40 * 24 * hour)
+	case r < 92:
+		d = -1 - g.rng.Int64N(10)
+	case r < 97:
+		d = -g.rng.Int64N(3 * 24 * hour)
+	default:
+		g.now = g.calendarInstant()
+		return
+	}
+	g.now += d
+	if g.now < calendarEras[2].UnixMicro()-60*24*hour || g.now > calendarEras[3].UnixMicro()+60*24*hour {
+		g.now = g.calendarInstant()
+	}
 }
 
 // endsInstant returns an instant near one end of the valid clock, or
@@ -270,6 +359,15 @@ func (g *Gen) Next() Call {
 func (g *Gen) Saw(r tollgate.Result) { g.last = r }
 
 func (g *Gen) moveLimit() {
+	if g.calendar {
+		switch r := g.rng.IntN(100); {
+		case r < 3: // another calendar: state of its own
+			g.limit = g.calendarLimit()
+		case r < 10: // a rate change on live keys
+			g.limit.Rate = g.calendarRate()
+		}
+		return
+	}
 	switch r := g.rng.IntN(100); {
 	case r < 2: // another period: state of its own
 		g.limit = g.newLimit(g.period())
@@ -289,6 +387,10 @@ func (g *Gen) moveLimit() {
 }
 
 func (g *Gen) moveClock() {
+	if g.calendar {
+		g.moveCalendarClock()
+		return
+	}
 	periodUS := int64(g.limit.Period / time.Microsecond)
 	var d int64
 	switch r := g.rng.IntN(100); {

@@ -77,6 +77,13 @@ func ModelDifferential(tb testing.TB, target ModelTarget, alg tollgate.Algorithm
 	modelDifferential(tb, target, NewGen(alg, src), src, steps)
 }
 
+// ModelCalendar is ModelDifferential with the calls of NewCalendarGen:
+// calendar windows of alg across DST changes and Februaries.
+func ModelCalendar(tb testing.TB, target ModelTarget, alg tollgate.Algorithm, src rand.Source, steps int) {
+	tb.Helper()
+	modelDifferential(tb, target, NewCalendarGen(alg, src), src, steps)
+}
+
 // ModelEnds is ModelDifferential with the calls of NewEndsGen: the corners
 // of the input space where a store counting in doubles would first go
 // wrong.
@@ -323,17 +330,26 @@ func (t *trail) admit(tb testing.TB, i int, c Call, r tollgate.Result) {
 	l := c.Limit
 	period := int64(l.Period / time.Microsecond)
 	last := t.admits[len(t.admits)-1]
+	var lastWindow int64
+	if l.Calendar != (tollgate.Calendar{}) {
+		lastWindow, _ = model.CalendarWindow(l.Calendar, last.at)
+	}
 	var sum int64
 	for j := len(t.admits) - 1; j >= 0; j-- {
 		a := t.admits[j]
 		var bound int64
-		switch l.Algorithm {
-		case tollgate.FixedWindow, tollgate.SlidingWindowCounter:
+		switch {
+		case l.Calendar != (tollgate.Calendar{}):
+			if w, _ := model.CalendarWindow(l.Calendar, a.at); w != lastWindow {
+				return
+			}
+			bound = int64(l.Rate)
+		case l.Algorithm == tollgate.FixedWindow, l.Algorithm == tollgate.SlidingWindowCounter:
 			if a.at/period != last.at/period {
 				return
 			}
 			bound = int64(l.Rate)
-		case tollgate.SlidingWindowLog:
+		case l.Algorithm == tollgate.SlidingWindowLog:
 			if a.at <= last.at-period {
 				return
 			}

@@ -21,7 +21,9 @@
 //     duration they report, the window algorithms stay in their newer
 //     window, the sliding log keeps its newest entry's time, and GCRA counts
 //     the lag against the key. A step back never admits more.
-//   - A key's state is kept per (key, algorithm, period), so a changed rate,
+//   - Calendar windows (Limit.Calendar) are computed from the calendar of
+//     the zone (see calendar.go) and counted as a slice of admissions.
+//   - A key's state is kept per (key, algorithm, period, calendar), so a changed rate,
 //     burst or maximum delay applies to what the key has already spent.
 //     Token and leaky bucket amounts are kept in units of 1/u token, u =
 //     period/gcd(rate, period) in µs, and a changed rate converts the amount
@@ -85,6 +87,11 @@ type stateKey struct {
 	key    string
 	alg    tollgate.Algorithm
 	period time.Duration
+	cal    tollgate.Calendar
+}
+
+func keyOf(key string, l tollgate.Limit) stateKey {
+	return stateKey{key, l.Algorithm, l.Period, l.Calendar}
 }
 
 // state is one key's state. States are immutable: a decision that writes
@@ -100,14 +107,14 @@ func (m *Model) Clone() *Model { return &Model{states: maps.Clone(m.states)} }
 
 // Reset forgets key's state under limit's algorithm and period.
 func (m *Model) Reset(key string, limit tollgate.Limit) {
-	delete(m.states, stateKey{key, limit.Algorithm, limit.Period})
+	delete(m.states, keyOf(key, limit))
 }
 
 // Has reports whether the model holds state for key under limit's algorithm
 // and period: whether a request has been admitted there that the model has
 // not yet seen expire.
 func (m *Model) Has(key string, limit tollgate.Limit) bool {
-	_, ok := m.states[stateKey{key, limit.Algorithm, limit.Period}]
+	_, ok := m.states[keyOf(key, limit)]
 	return ok
 }
 
@@ -115,7 +122,7 @@ func (m *Model) Has(key string, limit tollgate.Limit) bool {
 // expires, in µs since the Unix epoch, and whether the model holds state
 // there (Has). A call at or after that instant finds no state.
 func (m *Model) Expiry(key string, limit tollgate.Limit) (int64, bool) {
-	e, ok := m.states[stateKey{key, limit.Algorithm, limit.Period}]
+	e, ok := m.states[keyOf(key, limit)]
 	return e.expires, ok
 }
 
@@ -148,7 +155,7 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	if n < 0 || int64(n) > Capacity(limit) {
 		return tollgate.Result{Limit: limit}, fmt.Errorf("%w: %d under %v (capacity %d)", ErrCost, n, limit, Capacity(limit))
 	}
-	sk := stateKey{key, limit.Algorithm, limit.Period}
+	sk := keyOf(key, limit)
 	l := newLim(limit)
 	e, live := m.states[sk]
 	if live && now >= e.expires {
@@ -171,9 +178,17 @@ func (m *Model) AllowN(key string, limit tollgate.Limit, n int, now int64) (toll
 	case tollgate.GCRA:
 		o, next = gcra(asGCRA(old), l, now, int64(n))
 	case tollgate.FixedWindow:
-		o, next = fixedWindow(asWindow(old), l, now, int64(n))
+		if limit.Calendar != (tollgate.Calendar{}) {
+			o, next = calendarFixedWindow(asCalendar(old), l, limit.Calendar, now, int64(n))
+		} else {
+			o, next = fixedWindow(asWindow(old), l, now, int64(n))
+		}
 	case tollgate.SlidingWindowCounter:
-		o, next = slidingWindowCounter(asWindow(old), l, now, int64(n))
+		if limit.Calendar != (tollgate.Calendar{}) {
+			o, next = calendarSlidingWindowCounter(asCalendar(old), l, limit.Calendar, now, int64(n))
+		} else {
+			o, next = slidingWindowCounter(asWindow(old), l, now, int64(n))
+		}
 	case tollgate.SlidingWindowLog:
 		o, next = slidingWindowLog(asLog(old), l, now, int64(n))
 	default:

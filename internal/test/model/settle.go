@@ -49,6 +49,9 @@ func MaxDebt(l tollgate.Limit) int64 {
 	case tollgate.FixedWindow, tollgate.SlidingWindowLog:
 		return rate
 	case tollgate.SlidingWindowCounter:
+		if l.Calendar != (tollgate.Calendar{}) {
+			return min(rate, max53/4/(32*86_400)-rate) // never settled: refused
+		}
 		steps := us(l.Period) / grain(us(l.Period))
 		return min(rate, max53/4/steps-rate)
 	default:
@@ -71,7 +74,7 @@ func (m *Model) SettleN(key string, limit tollgate.Limit, at int64, reserved, ac
 		return tollgate.Result{Limit: limit}, false, fmt.Errorf("%w: reserved %d, actual %d under %v (capacity %d)", ErrCost, reserved, actual, limit, l.capacity)
 	}
 	d := min(int64(actual), add(add(l.capacity, l.maxDebt), int64(reserved))) - int64(reserved)
-	sk := stateKey{key, limit.Algorithm, limit.Period}
+	sk := keyOf(key, limit)
 	e, live := m.states[sk]
 	if live && now >= e.expires {
 		delete(m.states, sk)
