@@ -359,3 +359,21 @@ func TestModelCases(t *testing.T) {
 		})
 	}
 }
+
+// TestModelCalendar: calendar windows against the model on a standalone
+// server and a Cluster, across Berlin's DST changes of 2027 and the
+// Februaries of 2027 and 2028.
+func TestModelCalendar(t *testing.T) {
+	s := modelSeedFor(t)
+	for _, topo := range []struct {
+		name   string
+		client func(*testing.T) redis.UniversalClient
+	}{{"standalone", standalone}, {"cluster", clustered}} {
+		for _, alg := range []tollgate.Algorithm{tollgate.FixedWindow, tollgate.SlidingWindowCounter} {
+			t.Run(topo.name+"/"+alg.String(), func(t *testing.T) {
+				t.Parallel()
+				conformance.ModelCalendar(t, modelTarget(topo.client), alg, rand.NewPCG(s, 0xca1+uint64(alg)), 4**modelSteps)
+			})
+		}
+	}
+}
