@@ -18,6 +18,7 @@
 // key's state lives in one Redis key named
 //
 //	<prefix>{<key>}:<algorithm>:<period in µs>
+//	<prefix>{<key>}:<algorithm>:<unit>@<zone>   (a calendar window)
 //
 // whose hash tag keeps everything about one caller's key in one Redis
 // Cluster slot. Any redis.UniversalClient works: a standalone client,
@@ -71,6 +72,9 @@ var (
 	// algorithm's state functions are composed (see composeSettle).
 	settleSource string
 	settleScript *redis.Script
+	// calendarScript decides the windows of a limit with a Calendar:
+	// lua/lib.lua followed by lua/calendar.lua.
+	calendarScript *redis.Script
 )
 
 func init() {
@@ -94,6 +98,11 @@ func init() {
 	}
 	settleSource = string(lib) + "\n" + composeSettle(string(settle), bodies)
 	settleScript = redis.NewScript(settleSource)
+	cal, err := luaFiles.ReadFile("lua/calendar.lua")
+	if err != nil {
+		panic(err)
+	}
+	calendarScript = redis.NewScript(string(lib) + "\n" + string(cal))
 	initLibrary(string(lib), bodies, string(settle))
 }
 
@@ -121,6 +130,10 @@ type Store struct {
 	// and cleared when a server lacks it: decisions then call functions
 	// (FCALL) instead of scripts.
 	fn atomic.Bool
+	// edges, when set (tests), is the clock calendar windows' edges are
+	// found around instead of the application's, which is the store's
+	// clock (WithClock) or else time.Now.
+	edges func() time.Time
 }
 
 var (
@@ -178,13 +191,19 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// Key returns the Redis key that holds key's state under limit.
+// Key returns the Redis key that holds key's state under limit. A calendar
+// window's key ends in its unit and zone instead of the period
+// ("…:fw:month@Europe/Berlin"), so it never meets an epoch window's (whose
+// period is digits) or another zone's.
 func (s *Store) Key(key string, limit tollgate.Limit) string {
 	// One allocation, the key's own: the period is formatted on the stack
 	// and the builder grown to the exact length, since Key is on every
 	// decision's path.
 	var num [20]byte
 	period := strconv.AppendInt(num[:0], int64(limit.Period/time.Microsecond), 10)
+	if limit.Calendar != (tollgate.Calendar{}) {
+		period = []byte(limit.Calendar.Unit + "@" + limit.Calendar.Zone)
+	}
 	alg := ""
 	if int(limit.Algorithm) < len(keyNames) {
 		alg = keyNames[limit.Algorithm]
@@ -224,6 +243,9 @@ func (s *Store) decide(ctx context.Context, key string, limit tollgate.Limit, n 
 	if err != nil {
 		return tollgate.Result{Limit: limit}, 0, fmt.Errorf("redisstore: %w", err)
 	}
+	if p.Calendar != nil {
+		return s.decideCalendar(ctx, key, limit, p, n)
+	}
 	now, err := s.clock()
 	if err != nil {
 		return tollgate.Result{Limit: limit}, 0, err
@@ -235,6 +257,41 @@ func (s *Store) decide(ctx context.Context, key string, limit tollgate.Limit, n 
 	} else {
 		reply, err = s.run(ctx, p.Algorithm, rkey, args)
 	}
+	return s.result(limit, reply, err)
+}
+
+// decideCalendar makes one decision under a calendar window by one call
+// of lua/calendar.lua, given the edges of four windows around the
+// application's clock (see the script's header): Lua has no time zone
+// database. It is sent on its own, never pipelined or batched.
+func (s *Store) decideCalendar(ctx context.Context, key string, limit tollgate.Limit, p tollgate.Params, n int) (tollgate.Result, int64, error) {
+	res := tollgate.Result{Limit: limit}
+	var (
+		at  time.Time
+		now string // the script's time: "" for the server's
+	)
+	switch {
+	case s.now != nil:
+		at = s.now() // the instant the script decides at
+		now = strconv.FormatInt(at.UnixMicro(), 10)
+	case s.edges != nil:
+		at = s.edges()
+	default:
+		at = time.Now()
+	}
+	if us := at.UnixMicro(); us < 0 || us > exact.MaxNow {
+		return res, 0, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", at)
+	}
+	w, err := p.Calendar.Window(at.UnixMicro())
+	if err != nil {
+		return res, 0, fmt.Errorf("redisstore: %w", err)
+	}
+	alg := "fw"
+	if p.Algorithm == tollgate.SlidingWindowCounter {
+		alg = "swc"
+	}
+	args := []any{alg, p.Rate, w.Prev, w.Start, w.End, w.Next, w.After, n, now}
+	reply, err := calendarScript.Run(ctx, s.client, []string{s.Key(key, limit)}, args...).Result()
 	return s.result(limit, reply, err)
 }
 
@@ -382,6 +439,9 @@ func (s *Store) Load(ctx context.Context) error {
 	}
 	if err := settleScript.Load(ctx, s.client).Err(); err != nil {
 		return fmt.Errorf("redisstore: load settle script: %w", err)
+	}
+	if err := calendarScript.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("redisstore: load calendar script: %w", err)
 	}
 	for _, sc := range []*redis.Script{concAcquire, concRelease, concRenew} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
