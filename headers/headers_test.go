@@ -213,6 +213,26 @@ func TestQuota(t *testing.T) {
 	}
 }
 
+// TestQuotaCalendar: a calendar window's w is its unit's longest nominal
+// length (a day, 7 days, 31 days), so the policy never promises more than
+// the limit admits; the RateLimit field's t says when the window ends.
+func TestQuotaCalendar(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		unit string
+		q, w int64
+	}{
+		{"day", 500, 86400},
+		{"week", 500, 604800},
+		{"month", 500, 2678400},
+	} {
+		l := tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 500, Calendar: tollgate.Calendar{Unit: tc.unit, Zone: "Europe/Berlin"}}
+		if q, w := headers.Quota(l); q != tc.q || w != tc.w {
+			t.Errorf("500 per calendar %s: q=%d w=%d, want q=%d w=%d", tc.unit, q, w, tc.q, tc.w)
+		}
+	}
+}
+
 func TestWritePolicyNameEscaped(t *testing.T) {
 	t.Parallel()
 	h := http.Header{}

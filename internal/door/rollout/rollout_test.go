@@ -90,6 +90,24 @@ func TestCheck(t *testing.T) {
 		{enforce.Rollout{Limit: tollgate.PerHour(60), Percent: 10}, "not the algorithm or the period"},
 		{enforce.Rollout{Limit: tollgate.Limit{Rate: -1, Period: time.Minute}, Percent: 10}, "invalid limit"},
 	}
+	month := func(rate int, zone string) tollgate.Limit {
+		return tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: rate, Calendar: tollgate.Calendar{Unit: "month", Zone: zone}}
+	}
+	for _, tc := range []struct {
+		r    enforce.Rollout
+		want string
+	}{
+		{enforce.Rollout{Limit: month(2000, "Europe/Berlin"), Percent: 10}, ""},
+		{enforce.Rollout{Limit: month(2000, "Europe/Paris"), Percent: 10}, "not the algorithm or the period"},
+	} {
+		err := rollout.Check(&tc.r, month(1000, "Europe/Berlin"))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("Check(%+v) = %v, want nil", tc.r, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("Check(%+v) = %v, want an error about %q", tc.r, err, tc.want)
+		}
+	}
 	for _, tc := range tests {
 		err := rollout.Check(&tc.r, base)
 		switch {
