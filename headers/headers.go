@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/store/calendar"
 )
 
 // Canonical names of the fields Write sets, as http.Header keys them.
@@ -362,8 +363,13 @@ func resetSeconds(r *tollgate.Result) int64 {
 // quota returns the q and w parameters of RateLimit-Policy for l: q units per
 // w whole seconds. A period that is not a whole number of seconds has its
 // window rounded up and its quota scaled down, so the policy never promises
-// more than the limit admits. An invalid limit gives 0, 0.
+// more than the limit admits. A calendar window's w is its unit's longest
+// nominal length: 86400, 604800 or 2678400 (31 days); its RateLimit t says
+// when it ends. An invalid limit gives 0, 0.
 func quota(l tollgate.Limit) (q, w int64) {
+	if d := calendar.Nominal(l.Calendar.Unit); d > 0 && l.Rate >= 1 {
+		return int64(l.Rate), int64(d / time.Second)
+	}
 	if l.Rate < 1 || l.Period <= 0 {
 		return 0, 0
 	}

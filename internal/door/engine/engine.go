@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
+	"github.com/tollgate/tollgate/internal/store/calendar"
 )
 
 // Engine is the one step behind every door: httplimit's and grpclimit's
@@ -175,13 +176,21 @@ func (q *Request) Reserve(p *Point, policy, key string, l tollgate.Limit, n int)
 // that Reserve and Settle can be used.
 func (e *Engine) Settles() bool { return e.settler != nil }
 
+// window is l's period, or a calendar window's nominal length.
+func window(l tollgate.Limit) time.Duration {
+	if d := calendar.Nominal(l.Calendar.Unit); d > 0 {
+		return d
+	}
+	return l.Period
+}
+
 // spend is Spend, or Reserve when reserve is set.
 func (q *Request) spend(p *Point, policy, key string, l tollgate.Limit, n int, reserve bool) (Step, int64) {
 	if c := l.Capacity(); c > 0 && n > c {
 		// Over whatever the counter holds, and waiting will not help: the
 		// longest honest wait.
 		err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
-		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}, 0
+		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: window(l)}, Err: err}, 0
 	}
 	ctx, fresh := q.context()
 	if !fresh && expired(ctx) {
@@ -215,7 +224,7 @@ func (q *Request) spend(p *Point, policy, key string, l tollgate.Limit, n int, r
 	case err == nil:
 	case errors.Is(err, tollgate.ErrCostExceedsBurst):
 		// A store that counts capacity its own way: the same answer.
-		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: l.Period}, Err: err}, 0
+		return Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: window(l)}, Err: err}, 0
 	default:
 		return q.fail(ctx, p, policy, l, err, true), 0
 	}

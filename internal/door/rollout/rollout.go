@@ -76,7 +76,7 @@ func Check(r *enforce.Rollout, base tollgate.Limit) error {
 	if !r.From.IsZero() && !r.Until.IsZero() && !r.Until.After(r.From) {
 		return errors.New("rollout: until must come after from")
 	}
-	if r.Limit.Algorithm != base.Algorithm || r.Limit.Period != base.Period {
+	if r.Limit.Algorithm != base.Algorithm || r.Limit.Period != base.Period || r.Limit.Calendar != base.Calendar {
 		return fmt.Errorf("rollout: the new limit is %s per %v and the policy's %s per %v: a rollout changes the rate or the burst, not the algorithm or the period, so that a key keeps its state across the switch",
 			r.Limit.Algorithm, r.Limit.Period, base.Algorithm, base.Period)
 	}

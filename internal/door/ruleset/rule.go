@@ -105,8 +105,12 @@ func checkPolicies(policies []enforce.Policy) error {
 			if q.Name == p.Name {
 				return fmt.Errorf("two policies named %q", p.Name)
 			}
-			if q.Limit.Algorithm == p.Limit.Algorithm && q.Limit.Period == p.Limit.Period {
-				return fmt.Errorf("policies %q and %q are both %s per %v: they would share one counter; give them different periods or algorithms", q.Name, p.Name, p.Limit.Algorithm, p.Limit.Period)
+			if q.Limit.Algorithm == p.Limit.Algorithm && q.Limit.Period == p.Limit.Period && q.Limit.Calendar == p.Limit.Calendar {
+				per := p.Limit.Period.String()
+				if c := p.Limit.Calendar; c != (tollgate.Calendar{}) {
+					per = "calendar " + c.Unit + " in " + c.Zone
+				}
+				return fmt.Errorf("policies %q and %q are both %s per %s: they would share one counter; give them different periods or algorithms", q.Name, p.Name, p.Limit.Algorithm, per)
 			}
 		}
 	}

@@ -60,6 +60,23 @@ func (u Unit) MaxLen() int64 {
 	}
 }
 
+// Nominal returns the nominal length of unit's longest window, in days:
+// 1, 7 and 31 (a window across a DST change is an hour longer or shorter).
+// It is what a door says of a calendar window where one length is wanted:
+// RateLimit-Policy's w, a wait that no waiting shortens. 0 for an unknown
+// unit.
+func Nominal(unit string) time.Duration {
+	switch unit {
+	case "day":
+		return 24 * time.Hour
+	case "week":
+		return 7 * 24 * time.Hour
+	case "month":
+		return 31 * 24 * time.Hour
+	}
+	return 0
+}
+
 // MaxZoneLen bounds a zone's name, in bytes: the longest IANA name is 30.
 const MaxZoneLen = 64
 
