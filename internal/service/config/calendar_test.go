@@ -70,12 +70,12 @@ descriptors:
 func TestCalendarErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, rate, want string }{
-		{"an hour", "{unit: hour, requests_per_unit: 5, calendar: UTC}", "4:53: calendar applies to the units day, week and month, not hour"},
+		{"an hour", "{unit: hour, requests_per_unit: 5, calendar: UTC}", "4:52: calendar applies to the units day, week and month, not hour"},
 		{"a year", "{unit: year, requests_per_unit: 5, calendar: UTC}", "calendar applies to the units day, week and month, not year"},
 		{"an unknown zone", "{unit: day, requests_per_unit: 5, calendar: Europe/Atlantis}", `4:17: invalid limit: unknown time zone "Europe/Atlantis"`},
 		{"the machine's zone", "{unit: day, requests_per_unit: 5, calendar: Local}", `time zone "Local" is the machine's`},
-		{"an empty zone", `{unit: day, requests_per_unit: 5, calendar: ""}`, "4:52: calendar must name a time zone"},
-		{"not a string", "{unit: day, requests_per_unit: 5, calendar: [UTC]}", "4:52: want a string"},
+		{"an empty zone", `{unit: day, requests_per_unit: 5, calendar: ""}`, "4:61: calendar must name a time zone"},
+		{"not a string", "{unit: day, requests_per_unit: 5, calendar: [UTC]}", "4:61: want a string"},
 		{"a bucket", "{unit: day, requests_per_unit: 5, calendar: UTC, algorithm: token_bucket}", "a calendar applies only to fixed_window and sliding_window_counter, not to token_bucket"},
 		{"unlimited", "{unlimited: true, calendar: UTC}", "an unlimited rate_limit takes no algorithm, burst, cost or calendar"},
 	} {

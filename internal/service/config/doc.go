@@ -50,6 +50,11 @@
 //     store fails or misses its deadline. Default: the server's setting.
 //   - cost: how much one hit spends (default 1); a request spends
 //     hits_addend × cost.
+//   - calendar: an IANA time zone (Europe/Berlin, UTC) whose calendar the
+//     unit follows: day from local midnight to midnight, week from Monday,
+//     month from the 1st (tollgate.Limit.Calendar), for fixed_window and
+//     sliding_window_counter only. Without it a day is 24 hours, a week 7
+//     days and a month 30 days from the Unix epoch, as in envoy.
 //
 // # Concurrency rules
 //

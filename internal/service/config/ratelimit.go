@@ -9,7 +9,7 @@ import (
 )
 
 var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", "failure_mode", "cost", "rollout", "penalty"}
+	"algorithm", "burst", "failure_mode", "cost", "rollout", "penalty", "calendar"}
 
 func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule {
 	if m.Kind != yaml.MappingNode {
@@ -25,6 +25,9 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 	b.checkUnlimited(m, r, &f)
 	if !r.Unlimited {
 		r.Limit = tollgate.Limit{Algorithm: f.alg, Rate: int(r.RequestsPerUnit), Period: r.Unit.Duration()}
+		if f.calNode != nil {
+			b.calendar(r, &f)
+		}
 	}
 	// An unlimited rule never reaches the store, and one of
 	// requests_per_unit 0 denies without asking it: no limit to check.
@@ -61,6 +64,9 @@ type rateLimitFields struct {
 	unitNode, rpuNode, algNode, burstNode, costNode, replNode, rolloutNode, penaltyNode *yaml.Node
 	alg                                                                                 tollgate.Algorithm
 	burst                                                                               int
+	// calNode is the calendar key's, zone its value.
+	calNode *yaml.Node
+	zone    string
 }
 
 // rateLimitFields reads the rate_limit mapping m into r and the fields
@@ -109,9 +115,32 @@ func (b *builder) rateLimitFields(m *yaml.Node, r *Rule) rateLimitFields {
 			if x, ok := b.atLeastOne(v, "cost"); ok {
 				r.Cost = x
 			}
+		case "calendar":
+			f.calNode = kn
+			if z, ok := b.str(v); ok && z == "" {
+				b.errorf(v, "calendar must name a time zone (an IANA name such as Europe/Berlin, or UTC)")
+			} else if ok {
+				f.zone = z
+			}
 		}
 	})
 	return f
+}
+
+// calendar makes r's limit count in the calendar days, weeks or months of
+// the zone f names (tollgate.Limit.Calendar) instead of in periods of the
+// unit's length. Validate (checkLimit) checks the zone and the algorithm.
+func (b *builder) calendar(r *Rule, f *rateLimitFields) {
+	switch r.Unit {
+	case Day, Week, Month:
+	default:
+		b.errorf(f.calNode, "calendar applies to the units day, week and month, not %s", r.Unit)
+		return
+	}
+	if f.zone != "" {
+		r.Limit.Period = 0
+		r.Limit.Calendar = tollgate.Calendar{Unit: r.Unit.String(), Zone: f.zone}
+	}
 }
 
 // unit reads a rate limit unit; it reports false when v is no string.
@@ -162,9 +191,9 @@ func (b *builder) checkUnlimited(m *yaml.Node, r *Rule, f *rateLimitFields) {
 		if f.unitNode != nil {
 			b.errorf(f.unitNode, "should not specify rate limit unit when unlimited")
 		}
-		for _, n := range []*yaml.Node{f.algNode, f.burstNode, f.costNode} {
+		for _, n := range []*yaml.Node{f.algNode, f.burstNode, f.costNode, f.calNode} {
 			if n != nil {
-				b.errorf(n, "an unlimited rate_limit takes no algorithm, burst or cost")
+				b.errorf(n, "an unlimited rate_limit takes no algorithm, burst, cost or calendar")
 			}
 		}
 		return
