@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/service/config"
+	"github.com/tollgate/tollgate/internal/store/calendar"
 )
 
 // What a rate rule does with a descriptor's hits: spend them through the
@@ -121,6 +122,15 @@ func (s *Server) denyAll(r *config.Rule, hits int, st *pb.RateLimitResponse_Desc
 	res := tollgate.Result{Limit: r.Limit}
 	period := int64(r.Unit.Duration())
 	res.RetryAfter = time.Duration(period - s.now().UnixNano()%period)
+	if c := r.Limit.Calendar; c != (tollgate.Calendar{}) {
+		// Until the calendar window's end (the rules loader checked the zone).
+		if spec, err := calendar.Lookup(c.Unit, c.Zone); err == nil {
+			now := s.now().UnixMicro()
+			if w, err := spec.Window(now); err == nil {
+				res.RetryAfter = time.Duration(w.End-now) * time.Microsecond
+			}
+		}
+	}
 	st.DurationUntilReset = roundUp(res.RetryAfter, reset)
 	return o, res
 }

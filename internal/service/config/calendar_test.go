@@ -77,6 +77,7 @@ func TestCalendarErrors(t *testing.T) {
 		{"an empty zone", `{unit: day, requests_per_unit: 5, calendar: ""}`, "4:61: calendar must name a time zone"},
 		{"not a string", "{unit: day, requests_per_unit: 5, calendar: [UTC]}", "4:61: want a string"},
 		{"a bucket", "{unit: day, requests_per_unit: 5, calendar: UTC, algorithm: token_bucket}", "a calendar applies only to fixed_window and sliding_window_counter, not to token_bucket"},
+		{"an unknown zone, 0 requests", "{unit: day, requests_per_unit: 0, calendar: Europe/Atlantis}", `4:51: unknown time zone "Europe/Atlantis"`},
 		{"unlimited", "{unlimited: true, calendar: UTC}", "an unlimited rate_limit takes no algorithm, burst, cost or calendar"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/store/calendar"
 )
 
 var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
@@ -137,9 +138,16 @@ func (b *builder) calendar(r *Rule, f *rateLimitFields) {
 		b.errorf(f.calNode, "calendar applies to the units day, week and month, not %s", r.Unit)
 		return
 	}
-	if f.zone != "" {
-		r.Limit.Period = 0
-		r.Limit.Calendar = tollgate.Calendar{Unit: r.Unit.String(), Zone: f.zone}
+	if f.zone == "" {
+		return
+	}
+	r.Limit.Period = 0
+	r.Limit.Calendar = tollgate.Calendar{Unit: r.Unit.String(), Zone: f.zone}
+	if r.RequestsPerUnit == 0 {
+		// No limit for checkLimit to check, but a window to deny until.
+		if _, err := calendar.Lookup(r.Limit.Calendar.Unit, f.zone); err != nil {
+			b.errorf(f.calNode, "%s", err)
+		}
 	}
 }
 
