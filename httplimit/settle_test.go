@@ -559,3 +559,15 @@ func (w *readerFrom) ReadFrom(r io.Reader) (int64, error) {
 	w.calls++
 	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
 }
+
+// TestSettleCalendarRefused: a rule that settles refuses a policy of
+// calendar windows, which cannot be settled, when it is made.
+func TestSettleCalendarRefused(t *testing.T) {
+	t.Parallel()
+	r := tokenRule(&httplimit.Settle{Header: "X-Tokens-Used"})
+	r.Policies = []enforce.Policy{{Name: "monthly", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100_000, Calendar: tollgate.Calendar{Unit: "month", Zone: "UTC"}}}}
+	_, err := httplimit.New(memorystore.New(), []httplimit.Rule{r})
+	if want := `httplimit: rule "llm" settles its cost after the response, but policy "monthly" counts in calendar windows, which cannot be settled`; err == nil || err.Error() != want {
+		t.Errorf("New: %v, want %q", err, want)
+	}
+}
