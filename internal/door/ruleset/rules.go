@@ -110,6 +110,11 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		if s.Settles && !rs.engine.Settles() {
 			return nil, fmt.Errorf("%s: rule %q settles its cost after the response, but %T cannot settle reservations (memorystore and redisstore can)", pkg, s.Name, store)
 		}
+		for _, pol := range s.Policies {
+			if s.Settles && pol.Limit.Calendar != (tollgate.Calendar{}) {
+				return nil, fmt.Errorf("%s: rule %q settles its cost after the response, but policy %q counts in calendar windows, which cannot be settled", pkg, s.Name, pol.Name)
+			}
+		}
 		if seen[s.Name] {
 			return nil, fmt.Errorf("%s: two rules named %q", pkg, s.Name)
 		}
