@@ -47,6 +47,9 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 		return nil, nil, err
 	}
 	if s.snap.Load() == nil {
+		if s.sink != nil && (via == apiGRPC || via == apiJSON) {
+			s.sink.CallFailed(false) // envoy's service_error, as for an invalid request
+		}
 		return nil, nil, errNoRules
 	}
 	req, marks, err := s.stripMarks(via, req)
