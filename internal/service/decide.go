@@ -78,7 +78,7 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 	resp.OverallCode = s.overall(via, items, answers)
 	traceDecision(ctx, req, resp.OverallCode)
 	if s.envoy.metadata {
-		resp.DynamicMetadata = requestMetadata(req)
+		resp.DynamicMetadata = requestMetadata(req, passedMetadata(items, resp.Statuses))
 	}
 	return resp, s.headerFields(&p, items, answers, inResponse), nil
 }
