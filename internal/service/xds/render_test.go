@@ -88,7 +88,8 @@ func TestRenderedResourcesLoad(t *testing.T) {
 		{"metadata of a later schema", []proto.Message{metadataConfig(t, map[string]any{
 			"name": "service_1", "route": map[string]any{"weight": 1.5, "on": true, "off": nil, "tags": []any{"a\"b", 7.0}}})},
 			[][2]string{{"k", "v"}}, `default/eg/http.k 2/second metadata={"name":"service_1","route":{"off":null,"on":true,"tags":["a\"b",7],"weight":1.5}}`},
-		{"metadata too deep", []proto.Message{metadataConfig(t, nested(17))}, nil, "config: default/eg/http:2:"},
+		{"metadata too deep", []proto.Message{metadataConfig(t, nested(17))}, nil, "metadata nested deeper than 16 levels (the limit)"},
+		{"metadata unreadable", []proto.Message{badMetadataConfig(t)}, nil, `metadata must be a mapping, found "unreadable: no google.protobuf.Struct"`},
 		{"empty key", []proto.Message{&rlsconf.RateLimitConfig{Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{{Value: "v"}}}},
 			nil, "config: d:2:9: descriptor has no key"},
 		{"no domain", []proto.Message{&rlsconf.RateLimitConfig{Name: "n"}}, nil, "config: n:1:12: domain is missing or empty"},
@@ -174,6 +175,23 @@ func metadataConfig(t testing.TB, m map[string]any) *rlsconf.RateLimitConfig {
 	}
 	b = protowire.AppendTag(b, 8, protowire.BytesType)
 	b = protowire.AppendBytes(b, mb)
+	var later rlsconf.RateLimitDescriptor
+	if err := proto.Unmarshal(b, &later); err != nil {
+		t.Fatal(err)
+	}
+	return &rlsconf.RateLimitConfig{Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{&later}}
+}
+
+// badMetadataConfig is a domain whose descriptor's field 8 is no Struct.
+func badMetadataConfig(t testing.TB) *rlsconf.RateLimitConfig {
+	t.Helper()
+	d := &rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 2}}
+	b, err := proto.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, 8, protowire.BytesType)
+	b = protowire.AppendBytes(b, []byte{0xff, 0xff})
 	var later rlsconf.RateLimitDescriptor
 	if err := proto.Unmarshal(b, &later); err != nil {
 		t.Fatal(err)
