@@ -194,12 +194,16 @@ func egSeries(t *testing.T, url string, v13 bool, calls *egCalls) {
 		`ratelimit_service_should_rate_limit_error{err_type="service_error"}`:          float64(calls.failed.Load()),
 	}
 	got := waitSeries(t, url, ratelimitSeries, want)
+	// Passed through by v1.3's mapping: one connection to Redis at least.
+	if v13 && (got["ratelimit_redis_pool_cx_active"] < 1 || got["ratelimit_redis_pool_cx_total"] < got["ratelimit_redis_pool_cx_active"]) {
+		t.Errorf("Redis pool: %v connections open, %v opened; want 1 or more, and as many or more", got["ratelimit_redis_pool_cx_active"], got["ratelimit_redis_pool_cx_total"])
+	}
 	if e := got["ratelimit_service_config_load_error"]; e < 3 {
 		t.Errorf("ratelimit_service_config_load_error = %v, want 3 or more (a refused snapshot, resent, and two hostile ones)", e)
 	}
 	for k, v := range got {
 		switch {
-		case want[k] != 0, k == "ratelimit_service_config_load_error",
+		case want[k] != 0, k == "ratelimit_service_config_load_error", v13 && strings.HasPrefix(k, "ratelimit_redis_pool_"),
 			strings.HasPrefix(k, "ratelimit_service_response_time_seconds"),
 			strings.Contains(k, `key1="`+egProbe+`"`): // limitOf's
 		case k == `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`:
