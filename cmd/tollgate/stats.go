@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/service"
@@ -103,6 +106,52 @@ func (x *statsFlags) options(log *slog.Logger) ([]service.Option, error) {
 		log.Info("statistics to statsd", "addr", x.statsd, "protocol", x.protocol, "flush", x.flush)
 	}
 	return []service.Option{service.WithRegistry(reg), service.WithStatsSink(x.st, mapped)}, nil
+}
+
+// watchRedis counts client's connections in envoy's statistics of its
+// Redis pool (statsd.Stats.RedisPool), when there are statistics: those
+// opened by a dial hook of go-redis's (on each node's client of a
+// Cluster), those open from its pool statistics. Call it before the
+// client's first command, so that the hook sees every connection.
+func (x *statsFlags) watchRedis(client redis.UniversalClient) {
+	if x.st == nil {
+		return
+	}
+	d := &dialCount{}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(d) })
+	} else {
+		client.AddHook(d)
+	}
+	x.st.RedisPool(d.n.Load, func() uint64 { return openConns(client.PoolStats()) })
+}
+
+// openConns is how many connections a client's pools hold: its commands',
+// its pipelines' and its Pub/Sub's.
+func openConns(s *redis.PoolStats) uint64 {
+	n := uint64(s.TotalConns) + uint64(s.PubSubStats.Active)
+	if s.PipelineStats != nil {
+		n += uint64(s.PipelineStats.TotalConns)
+	}
+	return n
+}
+
+// dialCount is a go-redis hook that counts the connections opened.
+type dialCount struct{ n atomic.Uint64 }
+
+func (d *dialCount) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err == nil {
+			d.n.Add(1)
+		}
+		return c, err
+	}
+}
+
+func (d *dialCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dialCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // run flushes the statistics until ctx ends.
