@@ -1,8 +1,10 @@
 // Package statsd sends envoyproxy/ratelimit's statistics, named as it
 // names them, through lyft/gostats, the statistics library envoy's service
-// itself uses: to a statsd server (envoy's USE_STATSD), or through a
-// statsd_exporter mapping applied in process, whose series are on the
-// service's Prometheus registry (envoy's PROMETHEUS_MAPPER_YAML).
+// itself uses: to a statsd server (envoy's USE_STATSD), to a DogStatsD
+// agent in its format, renamed and tagged by mogrifiers (envoy's
+// USE_DOG_STATSD: see NewDogStatsd), or through a statsd_exporter mapping
+// applied in process, whose series are on the service's Prometheus
+// registry (envoy's PROMETHEUS_MAPPER_YAML).
 //
 // The names are envoy's:
 //
