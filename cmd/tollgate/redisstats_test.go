@@ -13,13 +13,15 @@ import (
 // ratelimit.redis_pool.{cx_active,cx_total,cx_local_close}, through
 // Envoy Gateway v1.3's mapping, which passes them through (its earlier
 // mapping drops them). Redis closing every client connection makes the
-// pool close its own and open new ones.
+// pool close its own and open new ones. The requests' deadline is 5 s:
+// a call past the default 50 ms, on a busy machine, would close its
+// connection before the test does.
 func TestStatsRedisPool(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.NewServer(t)
 	root := runtimeTree(t, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
 	p := startEnv(t, statsEnv(root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr(), "USE_STATSD=false", "USE_PROMETHEUS=true",
-		"PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_MAPPER_YAML="+egMappingV13))
+		"PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_MAPPER_YAML="+egMappingV13), "--timeout", "5s")
 	url := "http://" + p.log.waitFor(t, regexp.MustCompile(`msg="prometheus listening" addr=(\S+)`), 5*time.Second)[1] + "/metrics"
 	pool := regexp.MustCompile(`^ratelimit_redis_pool_`)
 	traffic := func() {
