@@ -119,11 +119,12 @@ func TestDogStatsd(t *testing.T) {
 	const rules = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"
 	const tags = "env:test,service:ratelimit,cluster:eg"
 	for _, tc := range []struct {
-		name string
-		env  []string
-		want map[string]float64
+		name   string
+		env    []string
+		logged string // the mogrifiers, in the log
+		want   map[string]float64
 	}{
-		{"mogrified", dogMogrifiers, map[string]float64{
+		{"mogrified", dogMogrifiers, "notfound,HITS", map[string]float64{
 			"ratelimit.service.rate_limit.total_hits|c|#" + tags + ",domain:d,descriptor:user":   3,
 			"ratelimit.service.rate_limit.within_limit|c|#" + tags + ",domain:d,descriptor:user": 2,
 			"ratelimit.service.rate_limit.over_limit|c|#" + tags + ",domain:d,descriptor:user":   1,
@@ -132,7 +133,7 @@ func TestDogStatsd(t *testing.T) {
 			"ratelimit_server.ShouldRateLimit.total_requests|c|#" + tags:                         4,
 			"ratelimit_server.ShouldRateLimit.response_time|ms|#" + tags:                         4,
 		}},
-		{"as envoy names them", nil, map[string]float64{
+		{"as envoy names them", nil, `""`, map[string]float64{
 			"ratelimit.service.rate_limit.d.user.total_hits|c|#" + tags:        3,
 			"ratelimit.service.rate_limit.d.user.within_limit|c|#" + tags:      2,
 			"ratelimit.service.rate_limit.d.user.over_limit|c|#" + tags:        1,
@@ -164,7 +165,7 @@ func TestDogStatsd(t *testing.T) {
 					t.Errorf("%s: without the tags %s", k, tags)
 				}
 			}
-			if m := p.log.waitFor(t, regexp.MustCompile(`msg="statistics to dogstatsd" addr=(\S+) protocol=udp mogrifiers=(\d+) tags=(\S+)`), 5*time.Second); m[1] != "127.0.0.1:"+a.port || m[3] != "env:test,service:ratelimit" {
+			if m := p.log.waitFor(t, regexp.MustCompile(`msg="statistics to dogstatsd" addr=(\S+) protocol=udp mogrifiers=(\S+) tags=(\S+)`), 5*time.Second); m[1] != "127.0.0.1:"+a.port || m[2] != tc.logged || m[3] != "env:test,service:ratelimit" {
 				t.Errorf("logged %q", m[0])
 			}
 		})

@@ -78,6 +78,15 @@ func (x *statsFlags) readEnv(getenv env) error {
 	return nil
 }
 
+// mogrifierLabels are the mogrifiers' names, in order, for the log.
+func mogrifierLabels(ms []statsd.Mogrifier) string {
+	labels := make([]string, len(ms))
+	for i, m := range ms {
+		labels[i] = m.Label
+	}
+	return strings.Join(labels, ",")
+}
+
 // count is how many of bs are true.
 func count(bs ...bool) int {
 	n := 0
@@ -142,7 +151,7 @@ func (x *statsFlags) options(log *slog.Logger) ([]service.Option, error) {
 	case mapped:
 		log.Info("statistics mapped in process", "mapping", x.mapper, "flush", x.flush)
 	case x.dogstatsd != "":
-		log.Info("statistics to dogstatsd", "addr", x.dogstatsd, "protocol", "udp", "mogrifiers", len(x.dog.Mogrifiers), "tags", strings.Join(x.dog.Tags, ","), "flush", x.flush)
+		log.Info("statistics to dogstatsd", "addr", x.dogstatsd, "protocol", "udp", "mogrifiers", mogrifierLabels(x.dog.Mogrifiers), "tags", strings.Join(x.dog.Tags, ","), "flush", x.flush)
 	default:
 		log.Info("statistics to statsd", "addr", x.statsd, "protocol", x.protocol, "flush", x.flush)
 	}
