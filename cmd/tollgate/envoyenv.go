@@ -143,7 +143,7 @@ var envoyVars = []envoyVar{
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: envoyRefused, on: xdsOn, note: "with rules from files tollgate never serves without them, true or false; over xDS, /healthcheck answers 200 before the first rules, as envoy's with false, and /readyz fails until they come: probe /readyz rather than set true"},
 	{name: "SHADOW_MODE", def: "false", flag: "shadow-mode", note: "--shadow-mode"},
 	{name: "QUOTA_MODE", def: "false", flag: "quota-mode", note: "--quota-mode: every rule is a quota rule"},
-	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", flag: "response-dynamic-metadata", note: "--response-dynamic-metadata"},
+	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", flag: "response-dynamic-metadata", note: "--response-dynamic-metadata: the request's domain, descriptors and hits_addend, and under metadata the rules' metadata of the descriptors answered OK, merged as envoy merges it"},
 
 	// Redis.
 	{name: "REDIS_SOCKET_TYPE", def: "unix", flag: "redis", on: redisOn, note: "tcp; unix is refused: tollgate reaches Redis over TCP only"},
