@@ -81,7 +81,9 @@ func TestWaitFailsFastPastDeadline(t *testing.T) {
 	if !errors.Is(err, tollgate.ErrWaitExceedsDeadline) {
 		t.Fatalf("err = %v, want ErrWaitExceedsDeadline", err)
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
+	// At once, not after the second the context allows (the margin is for
+	// a busy machine; waiting would take the whole second).
+	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Errorf("Wait took %v to give up, want at once", d)
 	}
 }

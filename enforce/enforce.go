@@ -61,6 +61,12 @@ const DefaultLogInterval = 10 * time.Second
 type Policy struct {
 	Name  string
 	Limit tollgate.Limit
+	// Rollout, when not nil, is a new limit on its way in for this policy:
+	// for a share of the keys, from an instant, announced until then.
+	Rollout *Rollout
+	// Penalty, when not nil, keeps a key that trips the policy out for a
+	// while.
+	Penalty *Penalty
 }
 
 // FailureMode says what a rule does when the store cannot decide. It is the
@@ -106,4 +112,24 @@ func ParseFailureMode(s string) (FailureMode, error) {
 		return FailClosed, nil
 	}
 	return FailDefault, fmt.Errorf("enforce: unknown failure mode %q (want fail_open or fail_closed)", s)
+}
+
+// Penalty keeps a key out for a fixed time once it trips its policy: a
+// login endpoint's "5 failed tries, then 15 minutes out", which no bucket
+// can say. The penalty starts with the After-th denial of the key within
+// Within (the first denial when After is 0 or 1); until For has passed,
+// every request of the key is denied without spending the policy, its
+// Retry-After running to the penalty's end. A denial during the penalty
+// neither extends it nor counts towards the next one. Each door counts the
+// penalties it starts (tollgate_<door>_penalties_total).
+//
+// The penalty and the denials that start it are states of their own in
+// the store, beside the policy's (a token bucket of one per For, a sliding
+// log of After-1 per Within), so they are as exact, and as shared between
+// replicas, as the policy: a rule with a penalty costs one more store call
+// per request, and two more for a denial.
+type Penalty struct {
+	For    time.Duration
+	After  int
+	Within time.Duration
 }

@@ -45,12 +45,19 @@ func WithHeaders(f headers.Flavor) Option { return func(s *settings.Door) { s.Fl
 //	tollgate_<door>_store_duration_seconds{rule}         histogram
 //	tollgate_<door>_store_errors_total{rule}             counter
 //	tollgate_<door>_bad_costs_total{rule}                counter
+//	tollgate_<door>_request_duration_seconds{decision}   histogram
 //
 // where <door> is http or grpc, and outcome one of allowed, denied,
-// dry_run_denied, fail_open and fail_closed, so the throttle ratio is
-// denied / all. The store's latency and errors include the settles of
-// rules that settle, made after the response; bad_costs_total counts the
-// real costs responses reported that could not be used. Without it nothing
+// dry_run_denied, fail_open and fail_closed, so the throttle ratio of a
+// rule is its denied / all. The store's latency and errors include the
+// settles of rules that settle, made after the response; bad_costs_total
+// counts the real costs responses reported that could not be used.
+// request_duration_seconds times each request (gRPC: each unary call) from
+// the middleware to its handler's return, or to its rejection, by
+// decision: admitted (the handler ran at once), delayed (after a shaping
+// delay) or denied (turned away before the handler), so that the latency
+// of throttled traffic, which often rises first, is seen apart from the
+// rest. Without it nothing
 // is recorded, and never on the global registry unless passed. Two limiters
 // of one door on one registry clash: wrap it for each, as
 // prometheus.WrapRegistererWith(prometheus.Labels{"limiter": name}, reg).

@@ -185,7 +185,8 @@ type Limiter struct {
 	hide     []string   // the Settle trailers kept from clients
 }
 
-// New returns a Limiter applying rules against store.
+// New returns a Limiter applying rules against store: at most 256 rules,
+// which bounds the series of their metrics.
 func New(store tollgate.Store, rules []Rule, opts ...enforce.Option) (*Limiter, error) {
 	specs := make([]ruleset.Spec[call], len(rules))
 	settlers := make([]*settler, len(rules))
@@ -259,7 +260,9 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		return l.conc.unary
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, s, err := l.check(ctx, info.FullMethod)
+		start := l.rules.Start()
+		md, s, served, err := l.check(ctx, info.FullMethod)
+		defer l.rules.Served(start, served)
 		if md.Len() > 0 {
 			_ = grpc.SetHeader(ctx, md) // fails only if headers were sent: they were not
 		}
@@ -284,7 +287,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		md, s, err := l.check(ctx, info.FullMethod)
+		md, s, _, err := l.check(ctx, info.FullMethod) // a stream's life is not a latency: not timed
 		if md.Len() > 0 {
 			_ = ss.SetHeader(md)
 		}
@@ -301,25 +304,26 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
-// check decides a call and returns the rate-limit header metadata and, when
-// the call must not proceed, its status error. When rules settle, s holds
-// the call's reservations.
-func (l *Limiter) check(ctx context.Context, method string) (md metadata.MD, s *ruleset.Scratch, err error) {
+// check decides a call and returns the rate-limit header metadata, how the
+// call leaves the interceptor and, when it must not proceed, its status
+// error. When rules settle, s holds the call's reservations.
+func (l *Limiter) check(ctx context.Context, method string) (md metadata.MD, s *ruleset.Scratch, served ruleset.Served, err error) {
 	if l.rules.Settles() {
 		s = new(ruleset.Scratch)
 	}
 	v, ds := l.rules.Decide(ctx, call{ctx: ctx, method: method, ips: l.rules.ClientIP(), ipHeader: l.ipHeader}, nil, s)
 	md = l.metadata(ds)
 	if v.Outcome.Blocks() {
-		return md, nil, l.denial(v)
+		return md, nil, ruleset.Denied, l.denial(v)
 	}
 	if v.Delay > 0 {
 		if err := l.wait(ctx, v.Delay); err != nil {
 			l.rules.Refund(ctx, s) // not served
-			return md, nil, status.FromContextError(err).Err()
+			return md, nil, ruleset.Denied, status.FromContextError(err).Err()
 		}
+		return md, s, ruleset.Delayed, nil
 	}
-	return md, s, nil
+	return md, s, ruleset.Admitted, nil
 }
 
 // metadata renders the decisions as header metadata: the chosen flavours

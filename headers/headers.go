@@ -37,6 +37,12 @@
 // A dry-run decision (a limit being tried out, which never blocks) appears in
 // the draft fields with the boolean parameter tollgate-dry-run, and is never
 // binding: it sets neither Retry-After nor the single-value flavours.
+//
+// An announced limit (one that starts applying later, Decision.From) is an
+// extra item of RateLimit-Policy with the Integer parameter tollgate-from,
+// the instant it applies from in Unix seconds: "api";q=100;w=60,
+// "api:next";q=60;w=60;tollgate-from=1798761600. Clients that do not know
+// the parameter ignore it, as the draft requires of unknown parameters.
 package headers
 
 import (
@@ -64,6 +70,7 @@ const (
 	retryAfterField     = "Retry-After"
 	dryRunParam         = "tollgate-dry-run"
 	burstParam          = "tollgate-burst"
+	fromParam           = "tollgate-from"
 	maxFieldsPerWrite   = 9 // two draft fields, three and three older ones, Retry-After
 	stackBufferCapacity = 256
 )
@@ -151,6 +158,12 @@ type Decision struct {
 	// tollgate-dry-run parameter, but never binding, so it never brings a
 	// Retry-After or the single-value flavours.
 	DryRun bool
+	// From, when not zero, makes the decision an announcement: a limit that
+	// starts applying at From (see enforce.Rollout). Result.Limit is that
+	// limit; the rest of Result is unused. It is listed in RateLimit-Policy
+	// only, with the Integer parameter tollgate-from, From in Unix seconds
+	// (rounded down), and is never binding.
+	From time.Time
 }
 
 // Binding returns the index of the decision that decides the request and
@@ -162,7 +175,7 @@ func Binding(ds []Decision) int {
 	best := -1
 	for i := range ds {
 		d := &ds[i]
-		if d.DryRun {
+		if d.DryRun || !d.From.IsZero() {
 			continue
 		}
 		if best < 0 {
@@ -264,13 +277,20 @@ func write(h http.Header, f Flavor, now time.Time, vals []string, ds []Decision)
 			buf = appendPolicyItem(buf, &ds[i])
 		}
 		field(policyField)
+		items := 0
 		for i := range ds {
-			if i > 0 {
+			if !ds[i].From.IsZero() {
+				continue // an announcement: nothing spent on it yet
+			}
+			if items > 0 {
 				buf = append(buf, ", "...)
 			}
 			buf = appendLimitItem(buf, &ds[i])
+			items++
 		}
-		field(limitField)
+		if items > 0 {
+			field(limitField)
+		}
 	}
 	b := Binding(ds)
 	if b >= 0 && f&(RateLimitFields|XRateLimit) != 0 {
@@ -379,6 +399,10 @@ func appendPolicyItem(b []byte, d *Decision) []byte {
 	}
 	if d.DryRun {
 		b = append(b, ";"+dryRunParam...)
+	}
+	if !d.From.IsZero() {
+		b = append(b, ";"+fromParam+"="...)
+		b = strconv.AppendInt(b, d.From.Unix(), 10)
 	}
 	return b
 }

@@ -383,3 +383,44 @@ func TestSingleLimitIsBurst(t *testing.T) {
 		t.Errorf("X-RateLimit-Limit = %q, want 20 (the burst)", got)
 	}
 }
+
+func TestWriteAnnounced(t *testing.T) {
+	t.Parallel()
+	from := t0.Add(36 * time.Hour)
+	ds := []headers.Decision{
+		{Policy: "api", Result: tollgate.Result{Allowed: false, Limit: tollgate.PerMinute(100), RetryAfter: 2 * time.Second, ResetAfter: time.Minute}},
+		{Policy: "api:next", Result: tollgate.Result{Limit: tollgate.PerMinute(60)}, From: from},
+	}
+	h := http.Header{}
+	headers.Write(h, headers.Draft|headers.RateLimitFields, t0, ds...)
+	wantPolicy := []item{
+		{"api", map[string]any{"q": int64(100), "w": int64(60)}},
+		{"api:next", map[string]any{"q": int64(60), "w": int64(60), "tollgate-from": from.Unix()}},
+	}
+	if got := parseList(t, h, "RateLimit-Policy"); !reflect.DeepEqual(got, wantPolicy) {
+		t.Errorf("RateLimit-Policy = %+v\nwant %+v", got, wantPolicy)
+	}
+	// Nothing is spent on an announced limit: RateLimit and the binding
+	// decision are the limit in force.
+	wantLimit := []item{{"api", map[string]any{"r": int64(0), "t": int64(2)}}}
+	if got := parseList(t, h, "RateLimit"); !reflect.DeepEqual(got, wantLimit) {
+		t.Errorf("RateLimit = %+v\nwant %+v", got, wantLimit)
+	}
+	for field, want := range map[string]string{"RateLimit-Limit": "100", "Retry-After": "2"} {
+		if got := h.Get(field); got != want {
+			t.Errorf("%s = %q, want %q", field, got, want)
+		}
+	}
+
+	// An announcement alone sets RateLimit-Policy and nothing else.
+	h = http.Header{}
+	headers.Write(h, headers.Draft|headers.RateLimitFields, t0, ds[1])
+	if got, want := len(parseList(t, h, "RateLimit-Policy")), 1; got != want {
+		t.Errorf("%d policy items, want %d", got, want)
+	}
+	for _, field := range []string{"RateLimit", "RateLimit-Limit", "Retry-After"} {
+		if got := h.Get(field); got != "" {
+			t.Errorf("%s = %q for an announcement alone", field, got)
+		}
+	}
+}

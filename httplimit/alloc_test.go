@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
@@ -34,6 +36,7 @@ func TestAllocsPerRequest(t *testing.T) {
 		{"caller's deadline after the shared one", nil, far, 3},
 		{"no deadline", []enforce.Option{enforce.WithTimeout(0)}, context.Background(), 3},
 		{"every header flavour", []enforce.Option{enforce.WithHeaders(headers.Draft | headers.RateLimitFields | headers.XRateLimit)}, context.Background(), 3},
+		{"metrics, the request timed", []enforce.Option{enforce.WithRegistry(prometheus.NewRegistry())}, context.Background(), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim, err := httplimit.New(memorystore.New(), []httplimit.Rule{{

@@ -171,8 +171,9 @@ func rejecter(set settings.Door) func(http.ResponseWriter, *http.Request, Reject
 	return WriteProblem
 }
 
-// New returns a Limiter applying rules against store. It checks every rule
-// and every static policy, and returns the first problem.
+// New returns a Limiter applying rules against store: at most 256 rules,
+// which bounds the series of their metrics. It checks every rule and every
+// static policy, and returns the first problem.
 func New(store tollgate.Store, rules []Rule, opts ...enforce.Option) (*Limiter, error) {
 	set := ruleset.Resolve(opts)
 	specs := make([]ruleset.Spec[call], len(rules))
@@ -234,7 +235,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serve(w, r, next) })
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		l.serve(w, r, next)
+		start := l.rules.Start()
+		l.rules.Served(start, l.serve(w, r, next))
 	})
 }
 
@@ -250,7 +252,9 @@ type frame struct {
 	values headers.Values
 }
 
-func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// serve decides r, then runs next or writes the rejection, and returns how
+// the request left.
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) ruleset.Served {
 	var decs [maxDecisions]headers.Decision
 	f := new(frame)
 	ctx := r.Context()
@@ -258,20 +262,23 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	l.writeHeaders(w, &f.values, ds)
 	if v.Outcome.Blocks() {
 		l.rejectVerdict(w, r, v)
-		return
+		return ruleset.Denied
 	}
+	served := ruleset.Admitted
 	if v.Delay > 0 {
 		if err := l.wait(ctx, v.Delay); err != nil {
 			l.rules.Refund(ctx, &f.rules) // not served
 			l.rejectWith(w, r, Rejection{Status: http.StatusServiceUnavailable, RetryAfter: v.Delay, Err: err})
-			return
+			return ruleset.Denied
 		}
+		served = ruleset.Delayed
 	}
 	if f.rules.Holds() {
 		l.serveSettled(w, r, next, &f.rules)
-		return
+		return served
 	}
 	next.ServeHTTP(w, r)
+	return served
 }
 
 func (l *Limiter) writeHeaders(w http.ResponseWriter, vals *headers.Values, ds []headers.Decision) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +41,8 @@ const (
 	concMaxWorkDur = 3 * time.Millisecond
 )
 
-// concChild runs in a worker process: "addr key requests holdAfter
-// startUnixNano". Its goroutines take requests numbered 1..requests from a
+// concChild runs in a worker process: "addr key requests holdAfter". Once
+// its sibling is ready too (waitGo), its goroutines take requests numbered 1..requests from a
 // counter in Redis (INCR on <key>:tickets), as pods behind a load balancer
 // share a stream of requests, so the survivor serves what the victim no
 // longer can. For each, a goroutine acquires a slot
@@ -63,7 +62,6 @@ func concChild(spec string) int {
 	f := strings.Fields(spec)
 	requests, _ := strconv.Atoi(f[2])
 	holdAfter, _ := strconv.Atoi(f[3])
-	start, _ := strconv.ParseInt(f[4], 10, 64)
 	rdb := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: concWorkers + 2})
 	defer rdb.Close()
 	s := redisstore.New(rdb)
@@ -72,7 +70,7 @@ func concChild(spec string) int {
 		fmt.Println("x", err)
 		return 1
 	}
-	time.Sleep(time.Until(time.Unix(0, start))) // start together with the sibling
+	waitGo()
 
 	var done atomic.Int64
 	var failed atomic.Bool
@@ -196,32 +194,20 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '(' .. strin
 		}
 	})
 
-	start := time.Now().Add(1500 * time.Millisecond).UnixNano()
 	procs := [2]*concProc{}
 	var killedAt, deadAt, deadRedis time.Time
 	var heldScore float64
 	var heldErr error
 	var runs sync.WaitGroup
 	errs := make([]error, 2)
-	for i := range procs {
-		holdAfter := 0
-		if i == 1 {
-			holdAfter = concHoldAfter // the victim
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d %d", concChildEnv, server.Addr(), k, concRequests, holdAfter, start))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+	kids := startTogether(t,
+		fmt.Sprintf("%s=%s %s %d %d", concChildEnv, server.Addr(), k, concRequests, 0),
+		fmt.Sprintf("%s=%s %s %d %d", concChildEnv, server.Addr(), k, concRequests, concHoldAfter)) // the victim
+	for i, c := range kids {
 		p := &concProc{starts: map[string]int64{}, ends: map[string]int64{}, released: map[string]bool{}}
 		procs[i] = p
 		runs.Go(func() {
-			sc := bufio.NewScanner(out)
+			sc := bufio.NewScanner(c.out)
 			for sc.Scan() {
 				f := strings.Fields(sc.Text())
 				if len(f) < 2 {
@@ -241,12 +227,12 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '(' .. strin
 				case "h":
 					p.held = f[1]
 					killedAt = time.Now()
-					_ = cmd.Process.Kill() // SIGKILL: no deferred Release runs
+					_ = c.cmd.Process.Kill() // SIGKILL: no deferred Release runs
 				default:
 					p.errs = append(p.errs, sc.Text())
 				}
 			}
-			errs[i] = cmd.Wait()
+			errs[i] = c.wait()
 			if i == 1 && p.held != "" {
 				deadAt = time.Now()
 				// Dead, and still holding its slot: only the lease frees it.

@@ -107,3 +107,65 @@ func TestBucketWithoutExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiryOnServerClock: on the Redis server's clock, a call that sets a
+// key's expiry sets it to the instant its state expires on that clock —
+// the call's time plus its ResetAfter, a permit's lease end — rounded up to
+// a millisecond, so that Redis never deletes a key whose state a later
+// call would find live. Redis counts a relative TTL (PEXPIRE) from the ms
+// its script started in, which may be before the ms of the script's TIME:
+// such a key could go up to a millisecond early, and a TTL of one could
+// delete it at once. Each limit's ResetAfter is a second and 999 µs, so
+// that the instant rounds up into the next ms after almost any time of the
+// call, and the key outlives the checks by far.
+func TestExpiryOnServerClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := standalone(t)
+	s := redisstore.New(rdb)
+	const long = time.Second + 999*time.Microsecond
+	check := func(t *testing.T, name string, at int64, reset time.Duration) {
+		t.Helper()
+		got, err := rdb.PExpireTime(ctx, name).Result()
+		want := (at + int64(reset/time.Microsecond) + 999) / 1000
+		if err != nil || got < 0 || got.Milliseconds() != want {
+			t.Errorf("the key expires at %v ms (%v), want %d: the state's expiry, %d µs + %v, rounded up", got.Milliseconds(), err, want, at, reset)
+		}
+	}
+	for _, l := range []tollgate.Limit{
+		{Algorithm: tollgate.TokenBucket, Rate: 1, Period: long, Burst: 1},
+		{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: long, Burst: 1},
+		{Algorithm: tollgate.GCRA, Rate: 1, Period: long, Burst: 1},
+		{Algorithm: tollgate.SlidingWindowLog, Rate: 1, Period: long},
+		{Algorithm: tollgate.SlidingWindowCounter, Rate: 1, Period: long},
+		{Algorithm: tollgate.FixedWindow, Rate: 1, Period: long},
+	} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			for range 5 {
+				k := key(t)
+				r, at, err := s.ReserveN(ctx, k, l, 1)
+				if err != nil || !r.Allowed {
+					t.Fatalf("%+v, %v", r, err)
+				}
+				check(t, s.Key(k, l), at, r.ResetAfter)
+				if isBucket(l) { // a charge of one more: a debt, its own expiry
+					r, at, err = redisstore.SettleAt(ctx, s, k, l, at, 1, 2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					check(t, s.Key(k, l), at, r.ResetAfter)
+				}
+			}
+		})
+	}
+	t.Run("permit", func(t *testing.T) {
+		for range 5 {
+			k := key(t)
+			p, r, err := s.Acquire(ctx, k, 1, long)
+			if err != nil || !r.Allowed {
+				t.Fatalf("%+v, %v", r, err)
+			}
+			check(t, s.ConcurrencyKey(k), p.Expires.UnixMicro(), 0)
+		}
+	})
+}

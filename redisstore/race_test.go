@@ -1,11 +1,10 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,16 +27,15 @@ const (
 	raceRequests   = 1000 // per goroutine
 )
 
-// raceChild runs in a child process: "addr key algorithm rate period burst
-// startUnixNano". It prints how many requests were admitted and when its
-// first and last decisions were made.
+// raceChild runs in a child process: "addr key algorithm rate period
+// burst". Once its sibling is ready too (waitGo) it prints how many
+// requests were admitted and when its first and last decisions were made.
 func raceChild() {
 	f := strings.Fields(os.Getenv(raceChildEnv))
 	alg, _ := tollgate.ParseAlgorithm(f[2])
 	rate, _ := strconv.Atoi(f[3])
 	period, _ := time.ParseDuration(f[4])
 	burst, _ := strconv.Atoi(f[5])
-	start, _ := strconv.ParseInt(f[6], 10, 64)
 	limit := tollgate.Limit{Algorithm: alg, Rate: rate, Period: period, Burst: burst}
 
 	rdb := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: raceGoroutines})
@@ -48,7 +46,7 @@ func raceChild() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	time.Sleep(time.Until(time.Unix(0, start))) // start together with the sibling
+	waitGo()
 
 	var admitted, failed atomic.Int64
 	first := time.Now()
@@ -78,26 +76,22 @@ type childReport struct {
 // runRace starts two children on key under limit and returns their reports.
 func runRace(t *testing.T, key string, limit tollgate.Limit) [2]childReport {
 	t.Helper()
-	start := time.Now().Add(500 * time.Millisecond).UnixNano()
-	spec := fmt.Sprintf("%s %s %s %d %s %d %d", server.Addr(), key, limit.Algorithm, limit.Rate, limit.Period, limit.Burst, start)
+	spec := fmt.Sprintf("%s=%s %s %s %d %s %d", raceChildEnv, server.Addr(), key, limit.Algorithm, limit.Rate, limit.Period, limit.Burst)
 	var (
 		reports [2]childReport
 		errs    [2]error
 		wg      sync.WaitGroup
 	)
-	for i := range reports {
+	for i, c := range startTogether(t, spec, spec) {
 		wg.Go(func() {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), raceChildEnv+"="+spec)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if errs[i] = cmd.Run(); errs[i] != nil {
-				errs[i] = fmt.Errorf("child %d: %w: %s", i, errs[i], out.String())
+			out, _ := io.ReadAll(c.out)
+			if errs[i] = c.wait(); errs[i] != nil {
+				errs[i] = fmt.Errorf("child %d: %w: %s", i, errs[i], out)
 				return
 			}
 			r := &reports[i]
-			if _, err := fmt.Sscan(out.String(), &r.admitted, &r.failed, &r.first, &r.last); err != nil {
-				errs[i] = fmt.Errorf("child %d printed %q: %w", i, out.String(), err)
+			if _, err := fmt.Sscan(string(out), &r.admitted, &r.failed, &r.first, &r.last); err != nil {
+				errs[i] = fmt.Errorf("child %d printed %q: %w", i, out, err)
 			}
 		})
 	}
@@ -129,14 +123,15 @@ func TestRaceTwoProcesses(t *testing.T) {
 	s := redisstore.New(rdb)
 
 	t.Run("token bucket", func(t *testing.T) {
-		// 20 per second, burst 100. The first decision spends 90, leaving 10
-		// for the children to race for, plus the refill. Spending most of
-		// the burst first keeps the bucket from filling up to its capacity
-		// while the children start (that takes 4.5 s), so no refill is lost
-		// to the cap and the count below is exact.
-		limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 20, Period: time.Second, Burst: 100}
+		// 20 per second, burst 1000. The first decision spends 990, leaving
+		// 10 for the children to race for, plus the refill. Spending most
+		// of the burst first keeps the bucket from filling up to its
+		// capacity while the children start (that would take 49.5 s, on
+		// the busiest machine), so no refill is lost to the cap and the
+		// count below is exact.
+		limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 20, Period: time.Second, Burst: 1000}
 		k := key(t)
-		if res, err := s.AllowN(ctx, k, limit, 90); err != nil || !res.Allowed {
+		if res, err := s.AllowN(ctx, k, limit, 990); err != nil || !res.Allowed {
 			t.Fatalf("first decision: %+v, %v", res, err)
 		}
 		first := bucketState(t, rdb, s.Key(k, limit))
@@ -145,7 +140,7 @@ func TestRaceTwoProcesses(t *testing.T) {
 		last := bucketState(t, rdb, s.Key(k, limit))
 
 		p, _ := limit.Params()
-		admitted := 90 + reports[0].admitted + reports[1].admitted
+		admitted := 990 + reports[0].admitted + reports[1].admitted
 		// Units: refill adds UnitRate per µs of Redis time; a token is Unit.
 		refilled := (last.ts - first.ts) * p.UnitRate
 		if got, want := admitted*p.Unit+last.tokens, p.Burst*p.Unit+refilled; got != want {

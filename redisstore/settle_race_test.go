@@ -2,12 +2,11 @@ package redisstore_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,15 +71,14 @@ func parseSettleOp(line string) (settleOp, error) {
 	return o, err
 }
 
-// settleChild runs in a child process: "addr prefix proc seed
-// startUnixNano". Each goroutine reserves on a random key under a random
+// settleChild runs in a child process: "addr prefix proc seed". Once its
+// sibling is ready too (waitGo), each goroutine reserves on a random key under a random
 // limit and settles its own reservations (each once) with a random actual
 // cost, a refund (0) as often as not, and prints every call.
 func settleChild() {
 	f := strings.Fields(os.Getenv(settleChildEnv))
 	proc, _ := strconv.Atoi(f[2])
 	seed, _ := strconv.ParseUint(f[3], 10, 64)
-	start, _ := strconv.ParseInt(f[4], 10, 64)
 	rdb := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: settleGoroutines})
 	defer rdb.Close()
 	// Unpipelined, every call reads the server's clock on its own, and the
@@ -91,7 +89,7 @@ func settleChild() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	time.Sleep(time.Until(time.Unix(0, start))) // start together with the sibling
+	waitGo()
 
 	var (
 		mu   sync.Mutex
@@ -166,23 +164,22 @@ func settleKey(prefix string, i int) string { return prefix + ":" + strconv.Itoa
 func TestSettleTwoProcesses(t *testing.T) {
 	t.Parallel()
 	prefix := key(t)
-	start := time.Now().Add(500 * time.Millisecond).UnixNano()
 	var (
 		logs [2][]settleOp
 		errs [2]error
 		wg   sync.WaitGroup
 	)
-	for i := range logs {
+	kids := startTogether(t,
+		fmt.Sprintf("%s=%s %s %d %d", settleChildEnv, server.Addr(), prefix, 0, rand.Uint64()),
+		fmt.Sprintf("%s=%s %s %d %d", settleChildEnv, server.Addr(), prefix, 1, rand.Uint64()))
+	for i, c := range kids {
 		wg.Go(func() {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d %d", settleChildEnv, server.Addr(), prefix, i, rand.Uint64(), start))
-			var out, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &stderr
-			if errs[i] = cmd.Run(); errs[i] != nil {
-				errs[i] = fmt.Errorf("child %d: %w: %s%s", i, errs[i], out.String(), stderr.String())
+			out, _ := io.ReadAll(c.out)
+			if errs[i] = c.wait(); errs[i] != nil {
+				errs[i] = fmt.Errorf("child %d: %w: %s", i, errs[i], out)
 				return
 			}
-			for line := range strings.Lines(out.String()) {
+			for line := range strings.Lines(string(out)) {
 				o, err := parseSettleOp(line)
 				if err != nil {
 					errs[i] = fmt.Errorf("child %d printed %q: %w", i, line, err)

@@ -76,31 +76,13 @@ func TestLocalAnswersExact(t *testing.T) {
 		},
 		plainKey: func(k string) string { return k },
 	}
-	// Redis expires keys in real time, which the clock here does not
-	// follow: its limits are slow enough (a token a minute or slower) that
-	// no key written by a run expires while it runs, and no plan changes
-	// (a state's TTL is computed under the limit that wrote it).
+	// The same on Redis, whose stores keep their keys (redisStores):
+	// Redis counts TTLs in real time, which the clock here does not follow.
 	redis := exactRun{
-		steps: 3000,
-		limit: func(rng *rand.Rand) tollgate.Limit {
-			if rng.IntN(3) == 0 {
-				return largeLimit(rng, []time.Duration{800 * 24 * time.Hour})
-			}
-			for {
-				l := randomLimit(rng)
-				l.Period = []time.Duration{time.Hour, 24 * time.Hour}[rng.IntN(2)]
-				if l.MaxDelay > 0 {
-					l.MaxDelay *= 3600
-				}
-				if l.Validate() == nil {
-					return l
-				}
-			}
-		},
-		stores: func(t *testing.T, now func() time.Time) (tollgate.Store, tollgate.Store) {
-			c := server.Client(t)
-			return redisstore.New(c, redisstore.WithClock(now)), redisstore.New(c, redisstore.WithClock(now))
-		},
+		steps:    3000,
+		changes:  true,
+		limit:    memory.limit,
+		stores:   redisStores,
 		plainKey: func(k string) string { return "plain:" + k },
 	}
 	for _, tc := range []struct {
@@ -113,6 +95,37 @@ func TestLocalAnswersExact(t *testing.T) {
 				t.Parallel()
 				tc.run.check(t, rand.New(rand.NewPCG(seed, 0x7165726564)))
 			})
+		}
+	}
+}
+
+// redisStores returns the global and the plain store of
+// TestLocalAnswersExact's Redis half, both on now, on a client that keeps
+// every key they write (lasting): their answers follow now alone.
+func redisStores(t *testing.T, now func() time.Time) (global, plain tollgate.Store) {
+	c := lasting(t)
+	return redisstore.New(c, redisstore.WithClock(now)), redisstore.New(c, redisstore.WithClock(now))
+}
+
+// TestRedisStoresPause: the stores of TestLocalAnswersExact's Redis half
+// decide by the test's clock alone, however much real time passes between
+// two calls at one instant of it (a busy machine's pause): a bucket that
+// one request emptied, full again 1ms later on that clock, is still empty
+// 20ms later in real time.
+func TestRedisStoresPause(t *testing.T) {
+	t.Parallel()
+	clock := conformance.NewClock()
+	ctx := context.Background()
+	limit := tollgate.Limit{Rate: 1000, Period: time.Second, Burst: 1}
+	global, plain := redisStores(t, clock.Now)
+	for name, store := range map[string]tollgate.Store{"global": global, "plain": plain} {
+		k := key(t)
+		if res, err := store.AllowN(ctx, k, limit, 1); err != nil || !res.Allowed || res.ResetAfter != time.Millisecond {
+			t.Fatalf("%s store, first request: %+v, %v; want admitted, full again in 1ms", name, res, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if res, err := store.AllowN(ctx, k, limit, 1); err != nil || res.Allowed || res.RetryAfter != time.Millisecond {
+			t.Errorf("%s store, at the same instant 20ms later in real time: %+v, %v; want denied, retry in 1ms", name, res, err)
 		}
 	}
 }

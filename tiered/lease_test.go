@@ -15,7 +15,8 @@ import (
 )
 
 // globalStores are the global stores the lease tests run against, on a
-// settable clock: a memorystore, and redisstore on real Redis.
+// settable clock: a memorystore, and redisstore on real Redis, its keys
+// kept while that clock stands still (lasting).
 func globalStores() []struct {
 	name string
 	new  func(t *testing.T, now func() time.Time) tollgate.Store
@@ -28,7 +29,7 @@ func globalStores() []struct {
 			return memorystore.New(memorystore.WithClock(now))
 		}},
 		{"redis", func(t *testing.T, now func() time.Time) tollgate.Store {
-			return redisstore.New(server.Client(t), redisstore.WithClock(now))
+			return redisstore.New(lasting(t), redisstore.WithClock(now))
 		}},
 	}
 }
@@ -90,7 +91,7 @@ func TestConcurrentLeaseTakes(t *testing.T) {
 			t.Parallel()
 			clock := conformance.NewClock()
 			global := newGate(g.new(t, clock.Now), concurrent)
-			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, time.Second))
+			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithLeases(k, time.Second), untimed)
 			key := key(t)
 			var wg sync.WaitGroup
 			for range concurrent {
@@ -133,7 +134,7 @@ func TestLeaseBeforeDenial(t *testing.T) {
 			t.Parallel()
 			clock := conformance.NewClock()
 			global := g.new(t, clock.Now)
-			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithLeases(10, time.Minute))
+			s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), tiered.WithLeases(10, time.Minute), untimed)
 			plain := memorystore.New(memorystore.WithClock(clock.Now))
 			key := key(t)
 			for i, n := range costs {

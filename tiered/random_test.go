@@ -69,9 +69,9 @@ func TestLeaseBoundUnderConcurrency(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/%d", g.name, alg, seed), func(t *testing.T) {
 					t.Parallel()
 					rng := rand.New(rand.NewPCG(seed, uint64(alg)))
-					// Per minute: Redis expires keys on its own clock, and
-					// the test's clock jumps ahead of it; at this rate no key
-					// expires in Redis while the test runs.
+					// Redis counts TTLs in real time, not on the test's
+					// clock: the Redis global store keeps its keys
+					// (globalStores).
 					limit := tollgate.Limit{Algorithm: alg, Rate: 50 + rng.IntN(200), Period: time.Minute, Burst: 5 + rng.IntN(50)}
 					k := 2 + rng.IntN(10)
 					refill := time.Duration(limit.Burst) * limit.Period / time.Duration(limit.Rate)

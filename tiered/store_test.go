@@ -200,6 +200,7 @@ func TestLocalDenialFields(t *testing.T) {
 	t.Parallel()
 	clock := conformance.NewClock()
 	rdb, sent := counted(t, server)
+	rdb.AddHook(lastingHook{rdb}) // the clock stands still while Redis counts TTLs in real time
 	global := redisstore.New(rdb, redisstore.WithClock(clock.Now))
 	s := tiered.New(global, tiered.WithClock(clock.Now), tiered.WithDenialCache(), untimed)
 	ctx := context.Background()
@@ -225,16 +226,7 @@ func TestLocalDenialFields(t *testing.T) {
 			if err != nil || res.Allowed {
 				t.Fatalf("past the capacity: %+v, %v", res, err)
 			}
-			// The last instant before the retry: for a window, its state's
-			// TTL is then as short as that instant is close to the window's
-			// end, and Redis counts TTLs in real time, which passes between
-			// this test's calls while its clock stands still; so a window is
-			// probed a quarter of a second before, with a TTL that outlives
-			// a loaded machine's pauses.
-			edge := res.RetryAfter - time.Microsecond
-			if limit.Algorithm == tollgate.FixedWindow {
-				edge = res.RetryAfter - 250*time.Millisecond
-			}
+			edge := res.RetryAfter - time.Microsecond // the last instant before the retry
 			for _, at := range []time.Duration{0, time.Millisecond, 33333 * time.Microsecond, res.RetryAfter / 2, edge} {
 				for _, n := range []int{1, 2, 3} {
 					if n > limit.Capacity() {
@@ -311,7 +303,7 @@ func TestInvalidInput(t *testing.T) {
 // TestReset forgets the remembered denial along with the global state.
 func TestReset(t *testing.T) {
 	t.Parallel()
-	s := tiered.New(redisstore.New(server.Client(t)), tiered.WithDenialCache())
+	s := tiered.New(redisstore.New(server.Client(t)), tiered.WithDenialCache(), untimed)
 	ctx := context.Background()
 	k, limit := key(t), tollgate.PerMinute(1)
 	for i, want := range []bool{true, false, false} {

@@ -1,6 +1,7 @@
 // Command tollgate is tollgate's one binary: the decision service that
-// gateways call (serve), a reverse proxy (proxy), the lab's demos (demo) and
-// the algorithm simulator (simulate). Run "tollgate help" for the list.
+// gateways call (serve), a reverse proxy (proxy), the lab's demos (demo),
+// the algorithm simulator (simulate), a rules checker (check) and a tuner
+// from access logs (tune). Run "tollgate help" for the list.
 // Run as "ratelimit" (envoyproxy/ratelimit's name), it is tollgate serve.
 package main
 

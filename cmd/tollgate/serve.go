@@ -30,7 +30,8 @@ type serveOptions struct {
 	drainTimeout, shutdownDelay   time.Duration
 	conns                         connFlags
 	tracing                       tracingFlags
-	tls                           tlsFlags // tls.go
+	tls                           tlsFlags   // tls.go
+	admin                         adminFlags // admin.go
 }
 
 func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) int {
@@ -101,6 +102,12 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		defer ds.Close()
 	}
+	if as, err := o.admin.serve(srv, &o.conns, log); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return 1
+	} else if as != nil {
+		defer as.Close()
+	}
 	if ps, err := o.f.extra.servePrometheus(srv, &o.conns, log); err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return 1
@@ -143,6 +150,7 @@ func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, c
 	o.tls.register(fs)
 	o.f.extra.register(fs)
 	o.f.xds.register(fs)
+	o.admin.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate serve --config PATH | --xds HOST:PORT [--redis URL] [flags]")
 		fmt.Fprintln(stderr, "\nA drop-in for envoyproxy/ratelimit: the same gRPC protocol and rules files.")
@@ -171,7 +179,7 @@ func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, c
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}
-	if err := errors.Join(o.conns.check(true, o.debugAddr != ""), o.tls.check()); err != nil {
+	if err := errors.Join(o.conns.check(true, o.debugAddr != ""), o.tls.check(), o.admin.check()); err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}

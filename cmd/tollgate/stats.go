@@ -48,7 +48,7 @@ func (x *statsFlags) register(fs *flag.FlagSet) {
 }
 
 func (x *statsFlags) check() error {
-	if n := count(x.statsd != "", x.dogstatsd != "", x.mapper != ""); n > 1 {
+	if n := countTrue(x.statsd != "", x.dogstatsd != "", x.mapper != ""); n > 1 {
 		return fmt.Errorf("--statsd, --dogstatsd and --prometheus-mapper: one at most (envoyproxy/ratelimit has one statistics sink)")
 	}
 	if x.mogrifiers != "" && x.dogstatsd == "" {
@@ -87,8 +87,8 @@ func mogrifierLabels(ms []statsd.Mogrifier) string {
 	return strings.Join(labels, ",")
 }
 
-// count is how many of bs are true.
-func count(bs ...bool) int {
+// countTrue is how many of bs are true.
+func countTrue(bs ...bool) int {
 	n := 0
 	for _, b := range bs {
 		if b {

@@ -127,7 +127,8 @@ func (s *Server) AuthHandler(rules HTTPRules) (http.Handler, error) {
 			s.authInvalid(w, fmt.Sprintf("%s %q: %v", hr.uriHeader, uri, perr))
 			return
 		}
-		req := hr.request(domain, specs, r, path, method)
+		req, missing := hr.request(domain, specs, r, path, method)
+		s.leftOut(apiNginx, domain, missing)
 		if len(req.Descriptors) == 0 {
 			// Nothing to limit on (a header the descriptors need is
 			// missing): allowed, as Envoy does.

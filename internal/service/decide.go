@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 	"github.com/tollgate/tollgate/internal/service/config"
 )
 
@@ -96,6 +97,10 @@ type item struct {
 	dropped bool       // replaced by another rule of the request
 	phase   phase      // which call of the request (PhaseKey)
 	permit  string     // the request's name for a concurrency slot (PermitKey)
+	// rollout says the rule has a rollout, which put the descriptor in arm
+	// (rollout.go).
+	rollout bool
+	arm     rollout.Arm
 }
 
 // answered is one descriptor's answer: what became of it and the store's
@@ -327,6 +332,7 @@ func (s *Server) answerTogether(ctx context.Context, req *pb.RateLimitRequest, i
 	one(0)
 	wg.Wait()
 	copy(answers, got)
+	copy(items, shared) // a rollout's arm (chooseArm)
 }
 
 // answer decides descriptor d of req by the rule it matched (it): it fills
@@ -350,6 +356,10 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 		st.LimitRemaining = math.MaxUint32
 		a.o = engine.Unlimited
 		return
+	}
+	if r.Rollout != nil && it.state != nil && r.Concurrency == nil {
+		s.chooseArm(q, req.Domain, d.GetEntries(), it, hitsOf(req, d))
+		r = it.rule
 	}
 	if it.state != nil {
 		st.CurrentLimit = it.state.limit
@@ -398,6 +408,9 @@ func (s *Server) count(req *pb.RateLimitRequest, items []item, answers []answere
 			name = s.names.of(it.rule, d.GetEntries())
 		}
 		s.countDecision(it, name, a.o)
+		if it.rollout {
+			s.countArm(it.rule, it.arm, a.o)
+		}
 		if a.decided { // envoy's statistics leave unlimited rules out
 			s.countEnvoy(it, name, s.envoyHits(it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res))
 		}
@@ -482,6 +495,9 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 				hd.Result.Remaining = 0
 			}
 			hds = append(hds, hd)
+			if items[i].rollout && items[i].arm == rollout.Announced {
+				hds = append(hds, announcement(items[i].rule))
+			}
 		}
 	}
 	if inResponse {

@@ -157,8 +157,8 @@ func (h HTTPRules) compile() (*httpRules, error) {
 
 // request builds the rate-limit request for r. path and method are the
 // original request's (for the auth endpoint, from headers the proxy set).
-func (h *httpRules) request(domain string, specs []descriptorSpec, r *http.Request, path, method string) *pb.RateLimitRequest {
-	req := &pb.RateLimitRequest{Domain: domain, Descriptors: make([]*rlv3.RateLimitDescriptor, 0, len(specs))}
+func (h *httpRules) request(domain string, specs []descriptorSpec, r *http.Request, path, method string) (req *pb.RateLimitRequest, missing []missingValue) {
+	req = &pb.RateLimitRequest{Domain: domain, Descriptors: make([]*rlv3.RateLimitDescriptor, 0, len(specs))}
 	var client string
 next:
 	for _, spec := range specs {
@@ -179,11 +179,34 @@ next:
 				v = r.Header.Get(e.header)
 			}
 			if v == "" {
+				missing = append(missing, missingValue{spec, i})
 				continue next
 			}
 			d.Entries[i] = &rlv3.RateLimitDescriptor_Entry{Key: e.key, Value: v}
 		}
 		req.Descriptors = append(req.Descriptors, d)
 	}
-	return req
+	return req, missing
+}
+
+// missingValue is a descriptor left out of a request because the value of
+// its entry i was empty: a header the request does not carry, most often.
+type missingValue struct {
+	spec descriptorSpec
+	i    int
+}
+
+// sourceName is where entry i's value comes from, as a descriptor spec
+// names it: remote_address, path, method or header:NAME.
+func (d descriptorSpec) sourceName(i int) string {
+	switch e := d[i]; e.source {
+	case sourceRemoteAddress:
+		return "remote_address"
+	case sourcePath:
+		return "path"
+	case sourceMethod:
+		return "method"
+	default:
+		return "header:" + e.header
+	}
 }

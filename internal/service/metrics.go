@@ -60,8 +60,10 @@ func (c code) String() string { return codeNames[c] }
 
 type metrics struct {
 	decisions     *prometheus.CounterVec
+	rollouts      *prometheus.CounterVec // rollout.go
+	penalties     *prometheus.CounterVec
 	requests      [numAPIs][numCodes]prometheus.Counter
-	noRule        [2]prometheus.Counter // by noRuleDomain, noRuleMatch
+	noRule        [3]prometheus.Counter // by noRuleDomain, noRuleMatch, noRuleMissing
 	storeDuration prometheus.Histogram
 	storeErrors   [2]prometheus.Counter // by storeTimeout, storeError
 	storeSkipped  prometheus.Counter
@@ -77,8 +79,9 @@ type metrics struct {
 // Why a descriptor has no rule: the reason label of
 // tollgate_serve_no_rule_total.
 const (
-	noRuleDomain = iota // unknown_domain
-	noRuleMatch         // no_match
+	noRuleDomain  = iota // unknown_domain
+	noRuleMatch          // no_match
+	noRuleMissing        // missing_value: the /auth or proxy descriptor lacked a value
 )
 
 // How a store call failed: the reason label of
@@ -126,12 +129,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_serve_store_skipped_total",
 			Help: "Descriptors answered by failure mode without a store call because their request's deadline had already passed (after a store call of the same request timed out).",
 		}),
+		rollouts: newRolloutMetric(),
+		penalties: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_serve_penalties_total",
+			Help: "Penalties started by rules with a penalty: counters kept out for a while after tripping their limit, by domain and rule.",
+		}, []string{"domain", "rule"}),
 		globalDryRun: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_serve_global_shadow_total",
 			Help: "Requests over the limit answered OK because of the global dry run (--shadow-mode).",
 		}),
 	}
-	cs := append([]prometheus.Collector{m.decisions, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
+	cs := append([]prometheus.Collector{m.decisions, m.rollouts, m.penalties, m.storeDuration, m.storeSkipped, m.lastReload, m.rules, m.ready, m.storeUp, m.globalDryRun},
 		m.children()...)
 	if reg != nil {
 		for _, c := range cs {
@@ -159,10 +167,11 @@ func (m *metrics) children() []prometheus.Collector {
 	}
 	noRule := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_no_rule_total",
-		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain or no_match.",
+		Help: "Descriptors that matched no rule and were answered OK: reason unknown_domain, no_match, or missing_value (a descriptor of /auth or the proxy left out because the request lacked a value it needs, such as a header).",
 	}, []string{"reason"})
 	m.noRule[noRuleDomain] = noRule.WithLabelValues("unknown_domain")
 	m.noRule[noRuleMatch] = noRule.WithLabelValues("no_match")
+	m.noRule[noRuleMissing] = noRule.WithLabelValues("missing_value")
 	storeErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_serve_store_errors_total",
 		Help: "Store calls that failed: reason timeout (the deadline passed) or error. A request counts at most one timeout: after it, the request's other descriptors are not sent (tollgate_serve_store_skipped_total).",

@@ -42,7 +42,8 @@ func (s *Server) Proxy(upstream *url.URL, rules HTTPRules) (http.Handler, error)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		req := hr.request(hr.domain, hr.specs, r, path, r.Method)
+		req, missing := hr.request(hr.domain, hr.specs, r, path, r.Method)
+		s.leftOut(apiProxy, hr.domain, missing)
 		if len(req.Descriptors) > 0 {
 			resp, h, err := s.decide(r.Context(), apiProxy, req, false)
 			if err != nil {

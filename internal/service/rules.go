@@ -22,10 +22,11 @@ type snapshot struct {
 // ruleState is what the server keeps of one rule while it is in force,
 // worked out once in SetRules rather than on every request.
 type ruleState struct {
-	rule  *config.Rule
-	point engine.Point                    // the rule as the engine sees it
-	envoy envoyCounters                   // envoy's statistics of the rule
-	limit *pb.RateLimitResponse_RateLimit // shared by every response: read-only
+	rule   *config.Rule
+	point  engine.Point                    // the rule as the engine sees it
+	envoy  envoyCounters                   // envoy's statistics of the rule
+	limit  *pb.RateLimitResponse_RateLimit // shared by every response: read-only
+	rolled *ruleState                      // of rule.Rolled, for a rule with a rollout
 	// counters are made on first use, so that /metrics shows only the
 	// outcomes a rule has had.
 	counters [numOutcomes]atomic.Pointer[prometheus.Counter]
@@ -64,6 +65,7 @@ func (s *Server) SetRules(rules *config.Rules) {
 			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: uint32(r.Concurrency.Max)}
 		case !r.Unlimited:
 			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+			st.rolled = s.rolledState(r)
 		}
 	}
 	s.snap.Store(sn)

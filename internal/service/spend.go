@@ -25,7 +25,7 @@ func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLim
 	r := it.rule
 	p := s.pointOf(it)
 	key := counterKey(domain, entries, r)
-	step := q.Spend(p, "", key, r.Limit, cost(hits, r.Cost))
+	step := s.spendOrPenalty(q, p, key, r, cost(hits, r.Cost))
 	res := step.Result
 	switch step.Outcome {
 	case engine.FailedOpen, engine.FailedClosed:
@@ -47,6 +47,27 @@ func (s *Server) spend(q *engine.Request, domain string, entries []*rlv3.RateLim
 		}
 	}
 	return engine.Denied, res
+}
+
+// spendOrPenalty spends n of rule r for key, unless r has a penalty that
+// runs for key: then it denies to the penalty's end. A denial of such a
+// rule counts towards its penalty, and when it starts one, it waits the
+// penalty out too.
+func (s *Server) spendOrPenalty(q *engine.Request, p *engine.Point, key string, r *config.Rule, n int) engine.Step {
+	if r.Penalty == nil {
+		return q.Spend(p, "", key, r.Limit, n)
+	}
+	if st, out := q.Penalized(p, "", key, r.Limit, r.Penalty); out {
+		return st
+	}
+	st := q.Spend(p, "", key, r.Limit, n)
+	if (st.Outcome == engine.Denied || st.Outcome == engine.DryRunDenied) && st.Err == nil {
+		if started, wait := q.Trip(p, "", key, r.Penalty); started {
+			st.Result.RetryAfter = max(st.Result.RetryAfter, wait)
+			s.m.penalties.WithLabelValues(r.Domain, r.ID).Inc()
+		}
+	}
+	return st
 }
 
 // rated reports whether o is a rate's decision, for which the store said

@@ -143,6 +143,31 @@ func (s *Server) logUnmatched(via api, reason int, domain string, entries []*rlv
 		"keys", strings.Join(keys, ","), engine.Skipped(skipped))
 }
 
+// leftOut counts and logs, sampled as unmatched descriptors are, the
+// descriptors of an /auth or proxy request that were left out because a
+// value they need was empty (missing): a client that leaves out the
+// header a limit is keyed by is not limited by it, so that must not pass
+// unseen. A rule keyed by the client's address beside it limits such
+// requests too. The record names the keys and where the missing value
+// comes from (a header's name), never a value.
+func (s *Server) leftOut(via api, domain string, missing []missingValue) {
+	for _, m := range missing {
+		s.m.noRule[noRuleMissing].Inc()
+		entries := make([]*rlv3.RateLimitDescriptor_Entry, len(m.spec))
+		keys := make([]string, len(m.spec))
+		for i, e := range m.spec {
+			entries[i] = &rlv3.RateLimitDescriptor_Entry{Key: e.key}
+			keys[i] = e.key
+		}
+		ok, skipped := s.unmatched.allow(s.now(), noRuleMissing, domain, entries)
+		if !ok {
+			continue
+		}
+		s.log.Warn("a value the descriptor needs is missing: descriptor left out, answered without its limit", "api", via.String(),
+			"domain", clip(domain), "keys", strings.Join(keys, ","), "missing", clip(m.spec.sourceName(m.i)), engine.Skipped(skipped))
+	}
+}
+
 // clip cuts a name a client sent to maxLoggedName bytes, at a rune
 // boundary, marking the cut with "…".
 func clip(s string) string {

@@ -1,11 +1,15 @@
 package service
 
 import (
+	"net/http/httptest"
+
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate/internal/service/config"
 	"github.com/tollgate/tollgate/internal/test/testkit"
@@ -133,5 +137,49 @@ func TestUnmatchedEveryOne(t *testing.T) {
 	}
 	if got := len(logs.Records()); got != 3 {
 		t.Errorf("%d records, want 3", got)
+	}
+}
+
+// TestMissingValueLogged: an /auth request without the header its
+// descriptor is keyed by is answered 200 without that limit, as Envoy
+// answers it, but it is counted and logged (the keys and the header's
+// name, never a value), so that a client who leaves the header out does
+// not pass the limit unseen.
+func TestMissingValueLogged(t *testing.T) {
+	t.Parallel()
+	s, logs, clock := newLoggedServer(t)
+	h, err := s.AuthHandler(HTTPRules{Domain: "edge", Descriptors: []string{"api_key=header:X-Api-Key", "remote_address"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() int {
+		r := httptest.NewRequest("GET", "/auth", nil)
+		r.Header.Set("X-Original-URI", "/v1/things")
+		r.Header.Set("X-Original-Method", "GET")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for range 3 {
+		if got := send(); got != 200 {
+			t.Fatalf("status %d, want 200", got)
+		}
+	}
+	if got := testutil.ToFloat64(s.m.noRule[noRuleMissing]); got != 3 {
+		t.Errorf("no_rule_total{reason=missing_value} = %v, want 3", got)
+	}
+	var missing []map[string]string
+	for _, a := range logs.Attrs() {
+		if a["missing"] != "" {
+			missing = append(missing, a)
+		}
+	}
+	if len(missing) != 1 || missing[0]["keys"] != "api_key" || missing[0]["missing"] != "header:X-Api-Key" {
+		t.Fatalf("records %v, want one naming api_key and header:X-Api-Key", logs.Attrs())
+	}
+	clock.Advance(time.Minute)
+	send()
+	if got := logs.Attrs()[len(logs.Attrs())-1]; got["similar_events_not_logged"] != "2" {
+		t.Errorf("next record %v, want 2 left out", got)
 	}
 }

@@ -86,7 +86,7 @@ local function gcra_write(key, tat, frac, rate, reset)
   if frac > 0 then
     value = value .. ':' .. int(frac) .. ':' .. int(rate)
   end
-  redis.call('SET', key, value, 'PX', math.max(1, cdiv(reset, 1000)))
+  redis.call('SET', key, value, ttl(reset))
 end
 
 local function decide(key, argv, o, now)

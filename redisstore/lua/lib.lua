@@ -50,6 +50,11 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- server is the time of the decision being made, in µs, when it is the
+-- Redis server's, else false: clock and run set it before each decision,
+-- for expire.
+local server = false
+
 -- clock returns now in µs: the caller's, when the store was given a clock
 -- (tests, simulations), else the Redis server's. Server time is the
 -- default so that replicas with skewed clocks agree; reading it before a
@@ -57,16 +62,35 @@ end
 -- script.
 local function clock(arg)
   if arg ~= '' then
+    server = false
     return tonumber(arg)
   end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  server = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return server
 end
 
--- expire sets a key's TTL to the given µs, rounded up to whole ms (at least
--- one): a key disappears once its state is back to full, never before.
+-- ttl returns the option and value of SET that make a key expire us µs
+-- after now, once its state is back to full, never before. On the
+-- server's clock that is the instant itself, rounded up to a ms (PXAT):
+-- Redis counts a relative TTL from the ms its script started in, which may
+-- be before the ms of the script's TIME, and would delete the key up to a
+-- ms early (a TTL of 1 ms at once). On a caller's clock, which Redis does
+-- not know, it is the TTL, rounded up to whole ms (PX, at least one).
+local function ttl(us)
+  if server then
+    return 'PXAT', int(cdiv(server + us, 1000))
+  end
+  return 'PX', math.max(1, cdiv(us, 1000))
+end
+
+-- expire sets a key's expiry as ttl says.
 local function expire(key, us)
-  redis.call('PEXPIRE', key, math.max(1, cdiv(us, 1000)))
+  if server then
+    redis.call('PEXPIREAT', key, int(cdiv(server + us, 1000)))
+  else
+    redis.call('PEXPIRE', key, math.max(1, cdiv(us, 1000)))
+  end
 end
 
 -- bucket_keep is what a bucket (token or leaky) does after a call that wrote
@@ -192,11 +216,13 @@ local function run(decide, nargs, nowarg, keys, argv)
     local now = argv[o + nowarg]
     if now ~= '' then
       now = tonumber(now)
+      server = false
     else
       if not t then
         t = clock('')
       end
       now = t
+      server = t
     end
     local ok, r = pcall(decide, keys[i], argv, o, now)
     if not ok and type(r) ~= 'table' then

@@ -31,20 +31,21 @@ func WithClock(now func() time.Time) enforce.Option {
 
 // TestRule is a prepared rule on an engine.
 type TestRule struct {
-	e *engine.Engine
-	r *rule
+	e   *engine.Engine
+	r   *rule
+	now func() time.Time
 }
 
 // Rule prepares a rule on the engine.
 func (t *TestEngine) Rule(name string, mode enforce.FailureMode, dryRun bool) (TestRule, error) {
 	r, err := newRule(nil, name, mode, dryRun)
-	return TestRule{t.e, r}, err
+	return TestRule{t.e, r, t.set.Now}, err
 }
 
 func (r TestRule) Decide(ctx context.Context, key string, policies []enforce.Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
 	q := r.e.Begin(ctx)
 	defer q.End()
-	return r.r.decide(&q, key, policies, cost, dst, 0, nil)
+	return r.r.decide(&q, key, policies, cost, dst, 0, nil, r.now)
 }
 
 // FailureMode is the rule's failure mode after defaults.

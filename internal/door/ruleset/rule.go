@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/headers"
 	"github.com/tollgate/tollgate/internal/door/engine"
+	"github.com/tollgate/tollgate/internal/door/rollout"
 )
 
 // Verdict is a rule's decision on one request.
@@ -38,6 +39,7 @@ type rule struct {
 	dryRun bool
 	m      ruleMetrics
 	point  engine.Point
+	shadow engine.Point // a rollout's shadow: never blocks
 }
 
 // rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
@@ -57,6 +59,7 @@ func newRule(m *Metrics, name string, mode enforce.FailureMode, dryRun bool) (*r
 		r.m = m.forRule(name)
 	}
 	r.point = engine.Point{Rule: name, Mode: mode, DryRun: dryRun, Latency: r.m.latency, Errors: r.m.errors}
+	r.shadow = engine.Point{Rule: name, Mode: enforce.FailOpen, DryRun: true, Errors: r.m.errors}
 	return r, nil
 }
 
@@ -88,6 +91,16 @@ func checkPolicies(policies []enforce.Policy) error {
 		if err := p.Limit.Validate(); err != nil {
 			return fmt.Errorf("policy %q: %w", p.Name, err)
 		}
+		if p.Rollout != nil {
+			if err := rollout.Check(p.Rollout, p.Limit); err != nil {
+				return fmt.Errorf("policy %q: %w", p.Name, err)
+			}
+		}
+		if p.Penalty != nil {
+			if err := engine.CheckPenalty(p.Penalty); err != nil {
+				return fmt.Errorf("policy %q: %w", p.Name, err)
+			}
+		}
 		for _, q := range policies[:i] {
 			if q.Name == p.Name {
 				return fmt.Errorf("two policies named %q", p.Name)
@@ -109,18 +122,21 @@ func checkPolicies(policies []enforce.Policy) error {
 // When hold is not nil the rule settles: it reserves through the store's
 // ReserveN, and appends each admitted reservation to *hold, under the
 // rule's index idx.
-func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, idx int, hold *[]held) (Verdict, []headers.Decision) {
+func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, idx int, hold *[]held, now func() time.Time) (Verdict, []headers.Decision) {
 	v := Verdict{Outcome: engine.Allowed, Rule: r.name}
 	first := len(dst)
+	var announce []headers.Decision // after the policies' own, in order
 	for _, p := range policies {
-		var st engine.Step
-		if hold == nil {
-			st = q.Spend(&r.point, p.Name, key, p.Limit, cost)
-		} else {
-			var at int64
-			if st, at = q.Reserve(&r.point, p.Name, key, p.Limit, cost); st.Outcome == engine.Allowed {
-				*hold = append(*hold, held{rule: idx, policy: p.Name, key: key, limit: p.Limit, at: at, cost: cost})
+		limit, arm := p.Limit, rollout.Base
+		if ro := p.Rollout; ro != nil {
+			if arm = rollout.Of(ro, key, now()); arm == rollout.Rolled {
+				limit = ro.Limit
 			}
+			r.tryRollout(q, p, key, cost, arm, &announce)
+		}
+		st := r.spend(q, p, key, limit, cost, idx, hold)
+		if p.Rollout != nil {
+			r.countArm(p.Name, arm, st.Outcome)
 		}
 		switch st.Outcome {
 		case engine.FailedOpen, engine.FailedClosed:
@@ -146,11 +162,41 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 			v.Policy, v.Result = dst[b].Policy, dst[b].Result
 		}
 	}
+	dst = append(dst, announce...)
 	if v.Outcome == engine.DryRunDenied {
 		v.Delay = 0 // a dry run does not shape either
 	}
 	r.count(v.Outcome)
 	return v, dst
+}
+
+// spend spends cost of policy p, whose limit for key is limit, or reserves
+// it when hold is not nil; a policy with a penalty denies at once while
+// the key's penalty runs, and a denial of it counts towards the next one.
+func (r *rule) spend(q *engine.Request, p enforce.Policy, key string, limit tollgate.Limit, cost, idx int, hold *[]held) engine.Step {
+	if p.Penalty != nil {
+		if st, out := q.Penalized(&r.point, p.Name, key, limit, p.Penalty); out {
+			return st
+		}
+	}
+	var st engine.Step
+	if hold == nil {
+		st = q.Spend(&r.point, p.Name, key, limit, cost)
+	} else {
+		var at int64
+		if st, at = q.Reserve(&r.point, p.Name, key, limit, cost); st.Outcome == engine.Allowed {
+			*hold = append(*hold, held{rule: idx, policy: p.Name, key: key, limit: limit, at: at, cost: cost})
+		}
+	}
+	if p.Penalty != nil && (st.Outcome == engine.Denied || st.Outcome == engine.DryRunDenied) && st.Err == nil {
+		if started, wait := q.Trip(&r.point, p.Name, key, p.Penalty); started {
+			st.Result.RetryAfter = max(st.Result.RetryAfter, wait)
+			if r.m.penalties != nil {
+				r.m.penalties.WithLabelValues(r.name, p.Name).Inc()
+			}
+		}
+	}
+	return st
 }
 
 // bindingAmong is headers.Binding, treating dry-run decisions as binding

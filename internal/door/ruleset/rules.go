@@ -51,6 +51,7 @@ type Spec[Req any] struct {
 // it is safe for concurrent use.
 type Rules[Req any] struct {
 	rules   []prepared[Req]
+	metrics *Metrics // nil: none recorded
 	engine  *engine.Engine
 	set     settings.Door
 	pkg     string // starts error messages
@@ -71,14 +72,24 @@ type prepared[Req any] struct {
 	r            *rule
 }
 
+// MaxRules is how many rules one Rules takes. Each rule is about twenty
+// series of the metrics labelled by rule (five outcomes, a histogram of
+// the store's latency, errors, bad costs), so 256 rules are some 5,000
+// series per door at most; a rule's key, not more rules, tells callers
+// apart.
+const MaxRules = 256
+
 // NewRules prepares specs against store under the door's settings set (see
 // Resolve): it checks every rule and every static policy and returns the
 // first problem, its message starting with pkg. Metrics registered on
 // set.Registry are named tollgate_<subsystem>_…; a Spec's zero Key means
-// def.
+// def. There can be at most MaxRules specs.
 func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req], specs []Spec[Req], set settings.Door) (*Rules[Req], error) {
 	if store == nil {
 		return nil, errors.New(pkg + ": nil store")
+	}
+	if len(specs) > MaxRules {
+		return nil, fmt.Errorf("%s: %d rules, more than %d: key the requests of one rule apart (Key) rather than making a rule each", pkg, len(specs), MaxRules)
 	}
 	var metrics *Metrics
 	if set.Registry != nil {
@@ -88,7 +99,7 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		}
 		metrics = m
 	}
-	rs := &Rules[Req]{engine: newEngine(store, set), set: set, pkg: pkg}
+	rs := &Rules[Req]{metrics: metrics, engine: newEngine(store, set), set: set, pkg: pkg}
 	rs.badLog.Every = set.LogEvery
 	seen := map[string]bool{}
 	for _, s := range specs {
@@ -193,7 +204,7 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		if p.settles {
 			hold = &s.held
 		}
-		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold)
+		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, rs.set.Now)
 		if v.Outcome.Blocks() {
 			rs.Refund(ctx, s) // not served: nothing spent
 			return v, dst
@@ -201,6 +212,25 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		delay = max(delay, v.Delay)
 	}
 	return Verdict{Outcome: engine.Allowed, Delay: delay}, dst
+}
+
+// Start is when a request the transport times for Served begins: now, or
+// the zero Time when no metrics are recorded (no registry), which Served
+// ignores, so that an untimed request does not read the clock.
+func (rs *Rules[Req]) Start() time.Time {
+	if rs.metrics == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// Served records that a request which began at start (Start) has left as
+// s: tollgate_<subsystem>_request_duration_seconds{decision}.
+func (rs *Rules[Req]) Served(start time.Time, s Served) {
+	if rs.metrics == nil || start.IsZero() {
+		return
+	}
+	rs.metrics.observe(s, time.Since(start))
 }
 
 // Settles reports whether any rule settles (Spec.Settles): a transport

@@ -36,3 +36,31 @@ func String(b []byte, prefixLen int) string {
 	}
 	return string(b)
 }
+
+// Shadow returns the store key on which a rollout's new limit is tried in
+// shadow for key (see enforce.Rollout): a state of its own, so that trying
+// a limit never spends from the one in force. Penalty and Denials return
+// the keys of a policy's penalty (enforce.Penalty) for key: when it ends,
+// and the denials that start it.
+//
+// Each is key after a marker no other key starts with — '"' (Shadow), and
+// `\p` and `\d`: rule names exclude '"' and '\', and the service's keys
+// start with "rl" — so they never meet a door's keys or each other. A key
+// too long for its marker is hashed first, after the marker and '#': a
+// literal derived key never holds 64 hex digits after it with no ':'.
+func Shadow(key string) string { return derived(`"`, key) }
+
+// Penalty returns the store key of the penalty of key (see Shadow).
+func Penalty(key string) string { return derived(`\p`, key) }
+
+// Denials returns the store key counting the denials of key that start a
+// penalty (see Shadow).
+func Denials(key string) string { return derived(`\d`, key) }
+
+func derived(marker, key string) string {
+	if len(marker)+len(key) <= tollgate.MaxKeyLen {
+		return marker + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return marker + "#" + hex.EncodeToString(sum[:])
+}

@@ -25,3 +25,22 @@ func TestHashedApart(t *testing.T) {
 		}
 	}
 }
+
+func TestShadowApart(t *testing.T) {
+	t.Parallel()
+	long := "api:ip:" + strings.Repeat("v", tollgate.MaxKeyLen-7)
+	seen := map[string]string{}
+	for _, key := range []string{"api:ip:10.0.0.1", "rl|edge|k=v", long, long[:tollgate.MaxKeyLen-1], long[:len(long)-1] + "w"} {
+		seen[key] = "the key itself"
+		for name, f := range map[string]func(string) string{"Shadow": Shadow, "Penalty": Penalty, "Denials": Denials} {
+			got := f(key)
+			if len(got) > tollgate.MaxKeyLen || f(key) != got {
+				t.Errorf("%s(%.40q…) = %.40q…: want a stable key of at most %d bytes", name, key, got, tollgate.MaxKeyLen)
+			}
+			if other, dup := seen[got]; dup {
+				t.Errorf("%s(%.40q…) = %.40q…, already %s", name, key, got, other)
+			}
+			seen[got] = name + " of " + key[:min(20, len(key))]
+		}
+	}
+}

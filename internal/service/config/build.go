@@ -34,6 +34,10 @@ type builder struct {
 	// top holds where each descriptor at the top of a domain was defined,
 	// by domain: with merging, the top level spans files.
 	top map[string]map[kv]place
+	// warn is WithWarnings's report, nil without it; shadows is what it
+	// needs to find unreachable descriptors (warnings.go).
+	warn    func(Warning)
+	shadows map[shadowKey]*shadowSeen
 }
 
 // place is where a descriptor was defined.
@@ -49,6 +53,7 @@ func newBuilder(o options) *builder {
 		limits:  o.limits,
 		merge:   o.merge,
 		top:     map[string]map[kv]place{},
+		warn:    o.warn,
 	}
 }
 
@@ -70,6 +75,14 @@ func (b *builder) finish() (*Rules, error) {
 			msgs[i] = e.Error()
 		}
 		return nil, &LoadError{Errors: b.errs, msg: "config: " + strings.Join(msgs, "\nconfig: ")}
+	}
+	for _, r := range b.rules.all {
+		if r.Rollout != nil {
+			rolled := *r // complete now: its path, flags and index
+			rolled.RequestsPerUnit, rolled.Limit = r.rolledPerUnit, r.Rollout.Limit
+			rolled.Rollout = nil
+			r.Rolled = &rolled
+		}
 	}
 	return b.rules, nil
 }
@@ -164,6 +177,7 @@ func (b *builder) document(root *yaml.Node) {
 // level is what a rule inherits from one descriptor on its path.
 type level struct {
 	step          string
+	value         bool // a value, or a pattern other than only '*'s
 	shared        string
 	valueToMetric bool
 }
@@ -286,7 +300,7 @@ func (b *builder) descriptor(d *yaml.Node) (descriptor, bool) {
 // level is the step e adds to the path of the descriptors under it (and
 // of its own rule), id.step in messages.
 func (b *builder) level(e *descriptor, id, step string) level {
-	lv := level{step: step, valueToMetric: e.toMetric && e.value == ""}
+	lv := level{step: step, value: strings.Trim(e.value, "*") != "", valueToMetric: e.toMetric && e.value == ""}
 	wild := strings.Contains(e.value, "*")
 	if e.shareThreshold {
 		if !wild {
@@ -335,6 +349,9 @@ func (b *builder) addDescriptor(parent *node, e *descriptor, domain, id string, 
 		if e.metadata != nil {
 			n.rule.Metadata = b.metadata(e.metadata)
 		}
+	}
+	if b.warn != nil {
+		b.shadowWarnings(parent, e, id)
 	}
 	if e.children != nil {
 		b.descriptors(n, e.children, domain, id, path)

@@ -421,7 +421,7 @@ descriptors:
 `))
 	fmt.Println(err)
 	// Output:
-	// config: edge.yaml:5:55: unknown key "algoritm" (did you mean "algorithm"?); allowed here: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, failure_mode, cost
+	// config: edge.yaml:5:55: unknown key "algoritm" (did you mean "algorithm"?); allowed here: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, failure_mode, cost, rollout, penalty
 }
 
 func TestWatch(t *testing.T) {

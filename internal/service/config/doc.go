@@ -72,6 +72,9 @@
 //
 // Anything else is an error naming the file, the line and the column, and
 // so is every invalid value; Load returns every error of a file at once.
+// WithWarnings reports, at their lines and columns too, the rules that load
+// but are likely not what was meant: descriptors no request reaches, and
+// rates suspicious for their unit (tollgate check prints them).
 //
 // # Files, domains and names as envoyproxy/ratelimit has them
 //

@@ -10,7 +10,7 @@ import (
 
 // FuzzLoad feeds the rules loader arbitrary files. Whatever the input, it
 // must return either rules or an error (never both, never neither), within
-// the default limits, without panicking; the seed corpus in
+// the default limits, without panicking, each warning with its place; the seed corpus in
 // testdata/fuzz/FuzzLoad holds the envoy fixtures and hostile files such as
 // alias bombs. Run it with memory capped, so that a file that makes the
 // loader allocate without bound fails the run instead of the machine:
@@ -19,7 +19,11 @@ import (
 func FuzzLoad(f *testing.F) {
 	limits := config.DefaultLimits()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := config.Parse("fuzz.yaml", data)
+		r, err := config.Parse("fuzz.yaml", data, config.WithWarnings(func(w config.Warning) {
+			if w.File != "fuzz.yaml" || w.Line < 1 || w.Column < 1 || w.Msg == "" {
+				t.Fatalf("a warning without a place or a message: %+v", w)
+			}
+		}))
 		if err != nil {
 			if r != nil {
 				t.Fatalf("Parse returned rules with its error %v", err)

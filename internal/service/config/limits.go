@@ -99,6 +99,7 @@ type options struct {
 	merge    bool
 	tree     bool // WithRuntimeTree
 	dotFiles bool // WithDotFiles
+	warn     func(Warning)
 }
 
 // WithRuntimeTree makes Load read a directory as envoyproxy/ratelimit reads

@@ -9,7 +9,7 @@ import (
 )
 
 var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", "failure_mode", "cost"}
+	"algorithm", "burst", "failure_mode", "cost", "rollout", "penalty"}
 
 func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule {
 	if m.Kind != yaml.MappingNode {
@@ -31,6 +31,23 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 	if len(b.errs) == nerr && !r.Unlimited && r.RequestsPerUnit != 0 {
 		b.checkLimit(m, r, &f)
 	}
+	if f.penaltyNode != nil {
+		if r.Unlimited || r.RequestsPerUnit == 0 {
+			b.errorf(f.penaltyNode, "a penalty follows a limit's denials: an unlimited rule, or one of requests_per_unit 0, has none")
+		} else {
+			r.Penalty = b.penalty(f.penaltyNode)
+		}
+	}
+	if f.rolloutNode != nil {
+		if r.Unlimited || r.RequestsPerUnit == 0 {
+			b.errorf(f.rolloutNode, "a rollout changes a limit: an unlimited rule, or one of requests_per_unit 0, has none")
+		} else if len(b.errs) == nerr {
+			b.rollout(f.rolloutNode, r, &f)
+		}
+	}
+	if len(b.errs) == nerr && b.warn != nil {
+		b.rateWarnings(r, &f, path)
+	}
 	b.finishRule(r, path)
 	if len(b.errs) > nerr {
 		return nil
@@ -41,9 +58,9 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 // rateLimitFields is what a rate_limit mapping says beyond the fields of
 // its Rule: the nodes of its keys (for messages), the algorithm and burst.
 type rateLimitFields struct {
-	unitNode, rpuNode, algNode, burstNode, costNode, replNode *yaml.Node
-	alg                                                       tollgate.Algorithm
-	burst                                                     int
+	unitNode, rpuNode, algNode, burstNode, costNode, replNode, rolloutNode, penaltyNode *yaml.Node
+	alg                                                                                 tollgate.Algorithm
+	burst                                                                               int
 }
 
 // rateLimitFields reads the rate_limit mapping m into r and the fields
@@ -83,6 +100,10 @@ func (b *builder) rateLimitFields(m *yaml.Node, r *Rule) rateLimitFields {
 			}
 		case "failure_mode":
 			r.FailureMode = b.failureMode(v)
+		case "rollout":
+			f.rolloutNode = v
+		case "penalty":
+			f.penaltyNode = v
 		case "cost":
 			f.costNode = v
 			if x, ok := b.atLeastOne(v, "cost"); ok {

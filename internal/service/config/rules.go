@@ -113,6 +113,15 @@ type Rule struct {
 	Limit tollgate.Limit
 	// Cost is how much one hit spends (at least 1).
 	Cost int
+	// Rollout, when not nil, is a new limit on its way in for a share of
+	// the rule's keys (a rollout in the rules file); Rolled is the rule as
+	// it decides the keys the rollout applies to: the same rule, with the
+	// rollout's RequestsPerUnit and Limit, and no Rollout of its own.
+	Rollout *enforce.Rollout
+	Rolled  *Rule
+	// Penalty, when not nil, keeps a counter that trips the rule out for a
+	// while (a penalty in the rules file; see enforce.Penalty).
+	Penalty *enforce.Penalty
 	// Concurrency, when not nil, makes the rule a concurrency limit: at
 	// most Concurrency.Max requests of a counter in flight at once,
 	// instead of a rate. Unit, RequestsPerUnit and Limit are then zero.
@@ -154,6 +163,8 @@ type Rule struct {
 	steps []string
 	// override marks the rule of a request's own limit (OverrideRule).
 	override bool
+	// rolledPerUnit is the rollout's requests_per_unit, for Rolled.
+	rolledPerUnit uint32
 }
 
 // OverrideRule returns the rule of a descriptor that carries its own limit

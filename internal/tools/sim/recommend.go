@@ -17,11 +17,15 @@ import (
 // the limit, and a bucket that absorbs 5 to 10 seconds of that p99, for a
 // batch job's retry or a page's burst of calls.
 const (
-	rateMargin = 1.10 // "slightly above": p99 + 10%
-	minBurstS  = 5    // seconds of p99 in the bucket, at least
-	maxBurstS  = 10   // and at most
-	target     = 0.99 // the share of requests the limit must let through
+	minBurstS = 5    // seconds of p99 in the bucket, at least
+	maxBurstS = 10   // and at most
+	target    = 0.99 // the share of requests the limit must let through
 )
+
+// rateAbove is "slightly above" p99 requests a second: p99 + 10%, rounded
+// up to a whole request, at least 1. It is computed in integers: in
+// floating point 100 × 1.1 is 110.00000000000001, which rounds up to 111.
+func rateAbove(p99 int) int { return max(1, (11*p99+9)/10) }
 
 // Recommendation is a token-bucket limit suggested for one client's traffic.
 type Recommendation struct {
@@ -62,7 +66,7 @@ func Recommend(tr Traffic) (Recommendation, error) {
 	}
 	rec.P50, rec.P95, rec.P99, rec.Max = q(0.50), q(0.95), q(0.99), busy[len(busy)-1]
 
-	rate := max(1, int(math.Ceil(float64(rec.P99)*rateMargin)))
+	rate := rateAbove(rec.P99)
 	for s := minBurstS; s <= maxBurstS; s++ {
 		l := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: rate, Period: time.Second, Burst: max(1, rec.P99*s)}
 		admitted, err := admittedShare(tr, l)

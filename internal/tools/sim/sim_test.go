@@ -649,3 +649,28 @@ func TestTicksAndNiceCeil(t *testing.T) {
 		}
 	}
 }
+
+// TestRecommendRateAboveP99: the rate is p99 + 10% rounded up to a whole
+// request, computed exactly: 100 a second makes 110, not the 111 that
+// 100 × 1.1 = 110.00000000000001 in floating point would round up to.
+func TestRecommendRateAboveP99(t *testing.T) {
+	t.Parallel()
+	for _, p99 := range []int{1, 5, 9, 10, 20, 30, 34, 70, 100, 1000} {
+		var tr Traffic
+		for s := range 100 {
+			for i := range p99 {
+				tr.Times = append(tr.Times, time.Duration(s)*time.Second+time.Duration(i)*time.Second/time.Duration(p99))
+			}
+		}
+		tr.Span = 100 * time.Second
+		rec, err := Recommend(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The smallest whole rate r with r ≥ 1.1 × p99, that is 10r ≥ 11 p99.
+		want := (11*p99 + 9) / 10
+		if rec.P99 != p99 || rec.Limit.Rate != want {
+			t.Errorf("p99 %d: rate %d, want %d", rec.P99, rec.Limit.Rate, want)
+		}
+	}
+}
