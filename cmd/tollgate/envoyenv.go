@@ -112,17 +112,17 @@ var envoyVars = []envoyVar{
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", flag: "merge-domains", note: "--merge-domains: files of one domain are merged"},
 
 	// Statistics.
-	{name: "USE_STATSD", def: "true", flag: "statsd", note: "true (the default): --statsd STATSD_HOST:STATSD_PORT, envoy's statistics named as envoy names them; not with USE_PROMETHEUS=true, which envoy refuses too"},
-	{name: "STATSD_HOST", def: "localhost", flag: "statsd", on: statsdOn, note: "--statsd STATSD_HOST:STATSD_PORT"},
-	{name: "STATSD_PORT", def: "8125", flag: "statsd", on: statsdOn, note: "--statsd STATSD_HOST:STATSD_PORT"},
-	{name: "STATSD_PROTOCOL", def: "tcp", flag: "statsd-protocol", on: statsdOn, note: "--statsd-protocol: tcp or udp (envoy's statsd library, lyft/gostats, reads it)"},
-	{name: "GOSTATS_FLUSH_INTERVAL_SECONDS", def: "5", kind: envoySame, on: statsdOn, check: checkInt, note: "read by lyft/gostats, whose interval envoy does not use: statistics are flushed every STATS_FLUSH_INTERVAL; a whole number"},
-	{name: "GOSTATS_LOGGING_SINK_DISABLED", def: "false", kind: envoySame, on: statsdOn, check: checkBool, note: "read by lyft/gostats, for a sink envoy does not use: true or false, unused"},
-	{name: "USE_DOG_STATSD", def: "false", kind: envoyRefused, note: "tollgate sends no DogStatsD: use USE_STATSD=true with a DogStatsD agent's statsd port (names as envoy's, without the mogrifiers' tags), or scrape its Prometheus /metrics"},
-	{name: "USE_DOG_STATSD_MOGRIFIERS", kind: envoyRefused, on: dogStatsdOn, note: "tollgate sends no DogStatsD (see USE_DOG_STATSD)"},
-	{name: "EXTRA_TAGS", flag: "stats-tags", on: sinkOn, note: "--stats-tags: name:value,… as gostats tags (name.__tag=value) of the statsd or mapped statistics"},
-	{name: "STATS_FLUSH_INTERVAL", def: "10s", flag: "stats-flush", on: sinkOn, note: "--stats-flush: how often statsd or the mapping gets the counters that changed"},
-	{name: "DISABLE_STATS", def: "false", kind: envoySame, check: checkBool, note: "true: no statsd and no mapped statistics, as envoy sends none; tollgate's own Prometheus metrics stay"},
+	{name: "USE_STATSD", def: "true", flag: "statsd", note: "true (the default): --statsd STATSD_HOST:STATSD_PORT, envoy's statistics named as envoy names them; not with USE_PROMETHEUS=true or USE_DOG_STATSD=true, which envoy refuses too"},
+	{name: "STATSD_HOST", def: "localhost", flag: "statsd", on: statsdOn, note: "--statsd (or --dogstatsd) STATSD_HOST:STATSD_PORT"},
+	{name: "STATSD_PORT", def: "8125", flag: "statsd", on: statsdOn, note: "--statsd (or --dogstatsd) STATSD_HOST:STATSD_PORT"},
+	{name: "STATSD_PROTOCOL", def: "tcp", flag: "statsd-protocol", on: gostatsOn, note: "--statsd-protocol: tcp or udp (envoy's statsd library, lyft/gostats, reads it; DogStatsD is UDP whatever it says)"},
+	{name: "GOSTATS_FLUSH_INTERVAL_SECONDS", def: "5", kind: envoySame, on: gostatsOn, check: checkInt, note: "read by lyft/gostats, whose interval envoy does not use: statistics are flushed every STATS_FLUSH_INTERVAL; a whole number"},
+	{name: "GOSTATS_LOGGING_SINK_DISABLED", def: "false", kind: envoySame, on: gostatsOn, check: checkBool, note: "read by lyft/gostats, for a sink envoy does not use: true or false, unused"},
+	{name: "USE_DOG_STATSD", def: "false", flag: "dogstatsd", note: "true: --dogstatsd STATSD_HOST:STATSD_PORT, envoy's statistics in DogStatsD's format over UDP, EXTRA_TAGS and DD_ENV, DD_SERVICE, DD_VERSION, DD_ENTITY_ID as its tags; with USE_STATSD=false, as envoy refuses the two together, and not with USE_PROMETHEUS=true"},
+	{name: "USE_DOG_STATSD_MOGRIFIERS", flag: "dogstatsd-mogrifiers", on: dogStatsdOn, note: "--dogstatsd-mogrifiers: NAME,NAME, each read from DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS, as envoy reads them; the first whose pattern matches renames and tags a statistic; wrong variables stop the start"},
+	{name: "EXTRA_TAGS", flag: "stats-tags", on: sinkOn, note: "--stats-tags: name:value,… as gostats tags (name.__tag=value) of the statsd or mapped statistics, DogStatsD's tags"},
+	{name: "STATS_FLUSH_INTERVAL", def: "10s", flag: "stats-flush", on: sinkOn, note: "--stats-flush: how often statsd, DogStatsD or the mapping gets the counters that changed"},
+	{name: "DISABLE_STATS", def: "false", kind: envoySame, check: checkBool, note: "true: no statsd, DogStatsD or mapped statistics, as envoy sends none; tollgate's own Prometheus metrics stay"},
 	{name: "USE_PROMETHEUS", def: "false", flag: "prometheus-addr", note: "true: Prometheus metrics on a listener of their own, PROMETHEUS_ADDR and PROMETHEUS_PATH (also always on the HTTP listener's /metrics)"},
 	{name: "PROMETHEUS_ADDR", def: ":9090", flag: "prometheus-addr", on: prometheusOn, note: "--prometheus-addr, with USE_PROMETHEUS=true"},
 	{name: "PROMETHEUS_PATH", def: "/metrics", flag: "prometheus-path", on: prometheusOn, note: "--prometheus-path, with USE_PROMETHEUS=true"},
@@ -143,7 +143,7 @@ var envoyVars = []envoyVar{
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: envoyRefused, on: xdsOn, note: "with rules from files tollgate never serves without them, true or false; over xDS, /healthcheck answers 200 before the first rules, as envoy's with false, and /readyz fails until they come: probe /readyz rather than set true"},
 	{name: "SHADOW_MODE", def: "false", flag: "shadow-mode", note: "--shadow-mode"},
 	{name: "QUOTA_MODE", def: "false", flag: "quota-mode", note: "--quota-mode: every rule is a quota rule"},
-	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", flag: "response-dynamic-metadata", note: "--response-dynamic-metadata"},
+	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", flag: "response-dynamic-metadata", note: "--response-dynamic-metadata: the request's domain, descriptors and hits_addend, and under metadata the rules' metadata of the descriptors answered OK, merged as envoy merges it"},
 
 	// Redis.
 	{name: "REDIS_SOCKET_TYPE", def: "unix", flag: "redis", on: redisOn, note: "tcp; unix is refused: tollgate reaches Redis over TCP only"},
@@ -209,6 +209,10 @@ func xdsTLSOn(e envoyEnv) bool  { return xdsOn(e) && e.isTrue("CONFIG_GRPC_XDS_S
 func statsdOn(e envoyEnv) bool {
 	return !e.isTrue("DISABLE_STATS") && (e.isTrue("USE_STATSD") || e.isTrue("USE_DOG_STATSD"))
 }
+
+// gostatsOn: statsd through lyft/gostats' own sink, which reads
+// STATSD_PROTOCOL and GOSTATS_*; DogStatsD has a sink of its own.
+func gostatsOn(e envoyEnv) bool { return !e.isTrue("DISABLE_STATS") && e.isTrue("USE_STATSD") }
 func sinkOn(e envoyEnv) bool {
 	return statsdOn(e) || (!e.isTrue("DISABLE_STATS") && prometheusOn(e) && e.set("PROMETHEUS_MAPPER_YAML"))
 }
@@ -216,7 +220,7 @@ func sinkOn(e envoyEnv) bool {
 // defaultMapperOn: envoy's own mapping, which
 // PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS changes, is in use.
 func defaultMapperOn(e envoyEnv) bool { return prometheusOn(e) && !e.set("PROMETHEUS_MAPPER_YAML") }
-func dogStatsdOn(e envoyEnv) bool     { return e.isTrue("USE_DOG_STATSD") }
+func dogStatsdOn(e envoyEnv) bool     { return !e.isTrue("DISABLE_STATS") && e.isTrue("USE_DOG_STATSD") }
 func prometheusOn(e envoyEnv) bool    { return e.isTrue("USE_PROMETHEUS") }
 func memcacheOn(e envoyEnv) bool      { return e.get("BACKEND_TYPE") == "memcache" }
 func perSecondOn(e envoyEnv) bool     { return e.isTrue("REDIS_PERSECOND") }

@@ -72,17 +72,43 @@ func setFlags(fs *flag.FlagSet) map[string]string {
 var compose = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
 	"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211"}
 
-// envoyGateway is the environment Envoy Gateway v1.0 and v1.1 give the
-// rate limit service's Deployment, certificates under dir, but for
-// USE_STATSD=true. GRPC_SERVER_TLS_CA_CERT is none of envoy's variables:
-// envoy does not read it, nor does tollgate.
-func envoyGateway(dir string) []string {
-	return []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit",
-		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=info", "USE_STATSD=false",
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
-		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + dir + "/tls.crt", "GRPC_SERVER_TLS_KEY=" + dir + "/tls.key", "GRPC_SERVER_TLS_CA_CERT=" + dir + "/ca.crt",
-		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + dir + "/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + dir + "/tls.key",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + dir + "/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true"}
+// egRelease is a range of Envoy Gateway releases that give the rate limit
+// service's Deployment one environment.
+type egRelease int
+
+const (
+	// egV10 is v1.0.0 to v1.1.0: USE_STATSD=false, so that the
+	// statsd_exporter sidecar beside the service receives nothing.
+	egV10 egRelease = iota
+	// egV111 is v1.1.1 to v1.1.x: USE_STATSD=true and STATSD_PORT=9125,
+	// into the sidecar.
+	egV111
+	// egV12 is v1.2.0 and later: no sidecar, the mapping applied in
+	// process (USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_MAPPER_YAML).
+	egV12
+)
+
+// envoyGateway is the environment Envoy Gateway's release r gives the rate
+// limit service's Deployment (expectedRateLimitContainerEnv in its
+// internal/infrastructure/kubernetes/ratelimit/resource.go), in its order,
+// with a Redis backend and certificates under dir. GRPC_SERVER_TLS_CA_CERT
+// is none of envoy's variables: envoy does not read it, nor does tollgate.
+func envoyGateway(dir string, r egRelease) []string {
+	env := []string{"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=info"}
+	if r == egV111 {
+		env = append(env, "USE_STATSD=true", "STATSD_PORT=9125")
+	} else {
+		env = append(env, "USE_STATSD=false")
+	}
+	env = append(env, "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+dir+"/tls.crt", "GRPC_SERVER_TLS_KEY="+dir+"/tls.key", "GRPC_SERVER_TLS_CA_CERT="+dir+"/ca.crt",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+dir+"/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+dir+"/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+dir+"/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379")
+	if r == egV12 {
+		env = append(env, "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml")
+	}
+	return env
 }
 
 // xdsDefaults are the flags envoy mode sets with rules over xDS: those of
@@ -114,6 +140,21 @@ func envoyDefaults(more map[string]string) map[string]string {
 
 // noStatsd is "statsd" left alone, for envoyDefaults.
 const noStatsd = ""
+
+// egFlags are the flags every release of Envoy Gateway's environment sets,
+// with more.
+func egFlags(more map[string]string) map[string]string {
+	m := map[string]string{
+		"xds": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-force-start": "true",
+		"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt",
+		"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
+		"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info",
+	}
+	for k, v := range more {
+		m[k] = v
+	}
+	return xdsDefaults(m)
+}
 
 func TestEnvoyEnvMapping(t *testing.T) {
 	t.Parallel()
@@ -181,12 +222,10 @@ func TestEnvoyEnvMapping(t *testing.T) {
 			"tracing": "true", "tracing-service-name": "RateLimit", "tracing-service-namespace": "ns", "tracing-service-instance-id": "i1",
 			"tracing-exporter-protocol": "http", "tracing-sampling-rate": "1",
 		})},
-		{"envoy gateway v1.0-1.1", envoyGateway("/certs"), xdsDefaults(map[string]string{
-			"xds": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-force-start": "true",
-			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt",
-			"grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
-			"redis": "redis://redis:6379?dial_timeout=10s&pool_size=10", "log-level": "info", "statsd": noStatsd,
-		})},
+		{"envoy gateway v1.0-1.1.0", envoyGateway("/certs", egV10), egFlags(map[string]string{"statsd": noStatsd})},
+		{"envoy gateway v1.1.1-1.1", envoyGateway("/certs", egV111), egFlags(map[string]string{"statsd": "localhost:9125"})},
+		{"envoy gateway v1.2-", envoyGateway("/certs", egV12), egFlags(map[string]string{"statsd": noStatsd,
+			"prometheus-addr": ":19001", "prometheus-path": "/metrics", "prometheus-mapper": "/etc/statsd-exporter/conf.yaml"})},
 		{"every xDS variable", []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=cp:18000", "CONFIG_GRPC_XDS_NODE_METADATA=a=b,c=d",
 			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=1s", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer x",
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=cp.example", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=1s",
@@ -202,6 +241,12 @@ func TestEnvoyEnvMapping(t *testing.T) {
 			"GRPC_MAX_CONNECTION_AGE=24h0m", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=0.50"}, envoyDefaults(nil)},
 		{"variables of what is off", []string{"USE_STATSD=false", "STATSD_HOST=statsd", "CONFIG_GRPC_XDS_SERVER_URL=xds:18000", "REDIS_PERSECOND_URL=rl2:6379",
 			"MEMCACHE_SRV=_mc._tcp", "USE_DOG_STATSD_MOGRIFIERS=x"}, envoyDefaults(map[string]string{"statsd": noStatsd})},
+		{"dogstatsd", []string{"USE_STATSD=false", "USE_DOG_STATSD=true", "STATSD_HOST=datadog-agent", "STATSD_PORT=8126", "STATSD_PROTOCOL=tcp",
+			"USE_DOG_STATSD_MOGRIFIERS=DOMAIN,HITS", "EXTRA_TAGS=cluster:eg", "STATS_FLUSH_INTERVAL=1s", "GOSTATS_FLUSH_INTERVAL_SECONDS=x"}, envoyDefaults(map[string]string{
+			"statsd": noStatsd, "dogstatsd": "datadog-agent:8126", "dogstatsd-mogrifiers": "DOMAIN,HITS", "stats-tags": "cluster:eg", "stats-flush": "1s",
+		})},
+		{"dogstatsd with statistics disabled", []string{"USE_STATSD=false", "USE_DOG_STATSD=true", "DISABLE_STATS=true", "USE_DOG_STATSD_MOGRIFIERS=HITS",
+			"USE_PROMETHEUS=true"}, envoyDefaults(map[string]string{"statsd": noStatsd, "prometheus-addr": ":9090", "prometheus-path": "/metrics"})},
 		{"what tollgate does anyway", []string{"RUNTIME_WATCH_ROOT=true", "DISABLE_STATS=false", "GOSTATS_LOGGING_SINK_DISABLED=true", "EXPIRATION_JITTER_MAX_SECONDS=60",
 			"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "REDIS_PIPELINE_LIMIT=8", "REDIS_CLUSTER_PIPELINE_PARALLELISM=0", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true",
 			"REDIS_POOL_ON_EMPTY_BEHAVIOR=wait", "REDIS_STARTUP_INITIAL_INTERVAL=2s", "REDIS_STARTUP_MAX_INTERVAL=1m", "REDIS_STARTUP_MAX_ELAPSED_TIME=5m"}, envoyDefaults(nil)},
@@ -244,7 +289,10 @@ func TestEnvoyEnvRefused(t *testing.T) {
 		{[]string{"GOSTATS_FLUSH_INTERVAL_SECONDS=5s"}, []string{`GOSTATS_FLUSH_INTERVAL_SECONDS="5s"`}},
 		{[]string{"STATS_FLUSH_INTERVAL=soon"}, []string{`STATS_FLUSH_INTERVAL="soon"`}},
 		{[]string{"EXTRA_TAGS=a"}, []string{`EXTRA_TAGS="a"`, "name:value"}},
-		{[]string{"USE_DOG_STATSD=true", "USE_STATSD=false"}, []string{"USE_DOG_STATSD="}},
+		{[]string{"USE_DOG_STATSD=true"}, []string{"USE_STATSD (true by default) and USE_DOG_STATSD=true", "USE_STATSD=false"}},
+		{[]string{"USE_DOG_STATSD=true", "USE_STATSD=false", "USE_PROMETHEUS=true"}, []string{"USE_DOG_STATSD=true and USE_PROMETHEUS=true"}},
+		{[]string{"USE_DOG_STATSD=maybe", "USE_STATSD=false"}, []string{`USE_DOG_STATSD="maybe"`}},
+		{[]string{"USE_DOG_STATSD=true", "USE_STATSD=false", "STATSD_PORT=dogstatsd"}, []string{`STATSD_PORT="dogstatsd"`}},
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211"}, []string{`BACKEND_TYPE="memcache"`, "MEMCACHE_HOST_PORT=", "REDIS_URL"}},
 		{[]string{"CONFIG_TYPE=grpc_xds_delta"}, []string{`CONFIG_TYPE="grpc_xds_delta"`, "FILE or GRPC_XDS_SOTW"}},
 		{[]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, []string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=", "/readyz"}},
@@ -423,7 +471,12 @@ func startEnv(t *testing.T, env []string, args ...string) *proc {
 // spawnEnv runs tollgate serve with no environment but env, and args.
 func spawnEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(tollgateBinary(t), append([]string{"serve"}, args...)...)
+	return spawnCmd(t, exec.Command(tollgateBinary(t), append([]string{"serve"}, args...)...), env)
+}
+
+// spawnCmd runs cmd, tollgate, with no environment but env.
+func spawnCmd(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
 	cmd.Env = env
 	p := &proc{t: t, cmd: cmd, log: &logBuffer{added: make(chan struct{}, 1)}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
@@ -441,12 +494,12 @@ func spawnEnv(t *testing.T, env []string, args ...string) *proc {
 }
 
 // awaitListening waits until p listens, and dials its gRPC address with
-// creds.
-func (p *proc) awaitListening(creds grpc.DialOption) {
+// opts, its credentials among them.
+func (p *proc) awaitListening(opts ...grpc.DialOption) {
 	p.t.Helper()
 	m := p.log.waitFor(p.t, listening, 20*time.Second)
 	p.http, p.grpc = "http://"+m[1], m[3]
-	conn, err := grpc.NewClient(p.grpc, creds)
+	conn, err := grpc.NewClient(p.grpc, opts...)
 	if err != nil {
 		p.t.Fatal(err)
 	}

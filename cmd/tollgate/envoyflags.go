@@ -73,6 +73,16 @@ var envoyBuilt = map[string]func(e envoyEnv) (string, bool, error){
 		return e.get("PROMETHEUS_PATH"), prometheusOn(e), nil
 	},
 	"statsd": envoyStatsd,
+	"dogstatsd": func(e envoyEnv) (string, bool, error) {
+		on, err := e.boolean("USE_DOG_STATSD")
+		if err != nil || !on || e.isTrue("DISABLE_STATS") || e.isTrue("USE_STATSD") {
+			return "", false, err // with USE_STATSD, envoyStatsd refuses the two
+		}
+		if prometheusOn(e) {
+			return "", false, errors.New("USE_DOG_STATSD=true and USE_PROMETHEUS=true: envoyproxy/ratelimit refuses the two together, as it has one statistics sink; set one")
+		}
+		return e.hostPort("STATSD_HOST", "STATSD_PORT")
+	},
 	"prometheus-mapper": func(e envoyEnv) (string, bool, error) {
 		off, err := e.boolean("DISABLE_STATS")
 		return e.getenv("PROMETHEUS_MAPPER_YAML"), !off && prometheusOn(e) && e.set("PROMETHEUS_MAPPER_YAML"), err
@@ -155,8 +165,9 @@ func envoyDuration(v string) (string, error) {
 }
 
 // envoyStatsd is --statsd: STATSD_HOST:STATSD_PORT while USE_STATSD is true
-// (its default) and DISABLE_STATS is not. envoy refuses statsd and
-// Prometheus together (it has one statistics sink), and so does tollgate.
+// (its default) and DISABLE_STATS is not. envoy refuses statsd with
+// Prometheus or DogStatsD (it has one statistics sink), and so does
+// tollgate.
 func envoyStatsd(e envoyEnv) (string, bool, error) {
 	on, err := e.boolean("USE_STATSD")
 	if err != nil {
@@ -168,6 +179,9 @@ func envoyStatsd(e envoyEnv) (string, bool, error) {
 	}
 	if prometheusOn(e) {
 		return "", false, errors.New("USE_STATSD (true by default) and USE_PROMETHEUS=true: envoyproxy/ratelimit refuses the two together, as it has one statistics sink; set USE_STATSD=false")
+	}
+	if dogStatsdOn(e) {
+		return "", false, errors.New("USE_STATSD (true by default) and USE_DOG_STATSD=true: envoyproxy/ratelimit refuses the two together, as it has one statistics sink; set USE_STATSD=false")
 	}
 	return e.hostPort("STATSD_HOST", "STATSD_PORT")
 }

@@ -175,6 +175,10 @@ func parseServe(args []string, getenv env, stderr io.Writer) (o *serveOptions, c
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false
 	}
+	if err := o.f.extra.stats.readEnv(getenv); err != nil {
+		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
+		return nil, 2, false
+	}
 	if err := errors.Join(o.conns.check(true, o.debugAddr != ""), o.tls.check(), o.admin.check()); err != nil {
 		fmt.Fprintf(stderr, "tollgate serve: %v\n", err)
 		return nil, 2, false

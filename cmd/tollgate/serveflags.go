@@ -241,7 +241,7 @@ func (e *envoyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.compat, "compat", "", "envoy: answer exactly as envoyproxy/ratelimit where tollgate differs on purpose (limit_remaining 0 over the limit, denied hits counted, no Retry-After)")
 	fs.Float64Var(&e.nearLimit, "near-limit-ratio", service.DefaultNearLimitRatio, "share of a limit past which hits count as near_limit in ratelimit_service_rate_limit_near_limit (envoy's NEAR_LIMIT_RATIO)")
 	fs.BoolVar(&e.quota, "quota-mode", false, "every rule is a quota rule: a request is over the limit only when all the quota rules it touches are (envoy's QUOTA_MODE)")
-	fs.BoolVar(&e.metadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits to every gRPC answer as dynamic metadata (envoy's RESPONSE_DYNAMIC_METADATA; it carries descriptor values)")
+	fs.BoolVar(&e.metadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the rules' metadata of the descriptors answered OK, merged, to every answer (gRPC and /json) as dynamic metadata (envoy's RESPONSE_DYNAMIC_METADATA; it carries descriptor values)")
 	fs.StringVar(&e.limitH, "header-limit", "", "name of the RateLimit-Limit field of --headers ratelimit (envoy's LIMIT_LIMIT_HEADER)")
 	fs.StringVar(&e.remainingH, "header-remaining", "", "name of the RateLimit-Remaining field (envoy's LIMIT_REMAINING_HEADER)")
 	fs.StringVar(&e.resetH, "header-reset", "", "name of the RateLimit-Reset field (envoy's LIMIT_RESET_HEADER)")

@@ -166,6 +166,7 @@ func (f *serveFlags) store(target redisTarget, log *slog.Logger) (serveStore, er
 	if err != nil {
 		return serveStore{}, err
 	}
+	f.extra.stats.watchRedis(client)
 	// --redis-pipeline 0 turns pipelining off, on every kind of client.
 	rs := redisstore.New(client, redisstore.WithPipeline(f.pipeline, 64), redisstore.WithPrefix(f.redisPrefix))
 	store := f.extra.withLocalCache(rs, log)

@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/service"
@@ -18,29 +21,38 @@ import (
 )
 
 // statsFlags are serve's flags for envoyproxy/ratelimit's statistics,
-// named as envoy names them: sent to a statsd server (envoy's USE_STATSD),
-// or mapped in process by a statsd_exporter mapping onto the Prometheus
-// metrics (envoy's PROMETHEUS_MAPPER_YAML). Either is at most one.
+// named as envoy names them: sent to a statsd server (envoy's USE_STATSD)
+// or a DogStatsD agent (USE_DOG_STATSD), or mapped in process by a
+// statsd_exporter mapping onto the Prometheus metrics (envoy's
+// PROMETHEUS_MAPPER_YAML). There is one of them at most.
 type statsFlags struct {
 	statsd, protocol string
+	dogstatsd        string
+	mogrifiers       string
 	flush            time.Duration
 	tags             string
 	mapper           string
 
-	st *statsd.Stats // made by options
+	dog statsd.DogOptions // read by readEnv
+	st  *statsd.Stats     // made by options
 }
 
 func (x *statsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&x.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics, named as it names them, to the statsd server at this host:port (envoy's USE_STATSD, STATSD_HOST, STATSD_PORT)")
 	fs.StringVar(&x.protocol, "statsd-protocol", "tcp", "how --statsd sends: tcp or udp")
-	fs.DurationVar(&x.flush, "stats-flush", statsd.DefaultFlush, "how often --statsd or --prometheus-mapper flushes the counters, as what they grew by (envoy's STATS_FLUSH_INTERVAL)")
-	fs.StringVar(&x.tags, "stats-tags", "", "tags of --statsd's and --prometheus-mapper's statistics, as envoy's EXTRA_TAGS: name:value,name:value")
+	fs.StringVar(&x.dogstatsd, "dogstatsd", "", "send envoyproxy/ratelimit's statistics in DogStatsD's format, over UDP, to the agent at this host:port, tagged with $DD_ENV, $DD_SERVICE, $DD_VERSION and $DD_ENTITY_ID as Datadog's client tags them (envoy's USE_DOG_STATSD, STATSD_HOST, STATSD_PORT)")
+	fs.StringVar(&x.mogrifiers, "dogstatsd-mogrifiers", "", "with --dogstatsd: the mogrifiers that rename and tag the statistics, NAME,NAME, each read from $DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS; the first whose pattern matches a name applies (envoy's USE_DOG_STATSD_MOGRIFIERS)")
+	fs.DurationVar(&x.flush, "stats-flush", statsd.DefaultFlush, "how often --statsd, --dogstatsd or --prometheus-mapper flushes the counters, as what they grew by (envoy's STATS_FLUSH_INTERVAL)")
+	fs.StringVar(&x.tags, "stats-tags", "", "tags of --statsd's, --dogstatsd's and --prometheus-mapper's statistics, as envoy's EXTRA_TAGS: name:value,name:value")
 	fs.StringVar(&x.mapper, "prometheus-mapper", "", "map envoyproxy/ratelimit's statistics onto the Prometheus metrics with this statsd_exporter mapping file, in process (envoy's PROMETHEUS_MAPPER_YAML); its series replace tollgate's own ratelimit_service_rate_limit_*")
 }
 
 func (x *statsFlags) check() error {
-	if x.statsd != "" && x.mapper != "" {
-		return fmt.Errorf("--statsd and --prometheus-mapper: one at most (envoyproxy/ratelimit has one statistics sink)")
+	if n := countTrue(x.statsd != "", x.dogstatsd != "", x.mapper != ""); n > 1 {
+		return fmt.Errorf("--statsd, --dogstatsd and --prometheus-mapper: one at most (envoyproxy/ratelimit has one statistics sink)")
+	}
+	if x.mogrifiers != "" && x.dogstatsd == "" {
+		return fmt.Errorf("--dogstatsd-mogrifiers is for --dogstatsd")
 	}
 	if x.flush <= 0 {
 		return fmt.Errorf("--stats-flush %v: want a positive duration", x.flush)
@@ -49,6 +61,41 @@ func (x *statsFlags) check() error {
 		return err
 	}
 	return nil
+}
+
+// readEnv reads what --dogstatsd takes from the environment: the
+// mogrifiers --dogstatsd-mogrifiers names, refused here, before anything
+// starts, when their variables are wrong; and Datadog's own tags.
+func (x *statsFlags) readEnv(getenv env) error {
+	if x.dogstatsd == "" {
+		return nil
+	}
+	ms, err := statsd.MogrifiersFromEnv(statsd.MogrifierNames(x.mogrifiers), getenv)
+	if err != nil {
+		return fmt.Errorf("--dogstatsd-mogrifiers %q: %w", x.mogrifiers, err)
+	}
+	x.dog = statsd.DogOptions{Mogrifiers: ms, Tags: statsd.DatadogEnvTags(getenv)}
+	return nil
+}
+
+// mogrifierLabels are the mogrifiers' names, in order, for the log.
+func mogrifierLabels(ms []statsd.Mogrifier) string {
+	labels := make([]string, len(ms))
+	for i, m := range ms {
+		labels[i] = m.Label
+	}
+	return strings.Join(labels, ",")
+}
+
+// countTrue is how many of bs are true.
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // parseTags reads envoy's EXTRA_TAGS: name:value pairs, comma-separated.
@@ -71,7 +118,7 @@ func parseTags(s string) (map[string]string, error) {
 // options makes the statistics the flags ask for, and returns the server
 // options that send them there (none when there are none).
 func (x *statsFlags) options(log *slog.Logger) ([]service.Option, error) {
-	if x.statsd == "" && x.mapper == "" {
+	if x.statsd == "" && x.dogstatsd == "" && x.mapper == "" {
 		return nil, nil
 	}
 	tags, err := parseTags(x.tags)
@@ -89,20 +136,72 @@ func (x *statsFlags) options(log *slog.Logger) ([]service.Option, error) {
 	}, func() float64 { return float64(bound.Folded()) }))
 	o := statsd.Options{Flush: x.flush, Tags: tags, Bound: bound, Log: log}
 	mapped := x.mapper != ""
-	if mapped {
+	switch {
+	case mapped:
 		x.st, err = statsd.NewMapped(x.mapper, reg, o)
-	} else {
+	case x.dogstatsd != "":
+		x.st, err = statsd.NewDogStatsd(x.dogstatsd, x.dog, o)
+	default:
 		x.st, err = statsd.NewStatsd(x.statsd, x.protocol, o)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if mapped {
+	switch {
+	case mapped:
 		log.Info("statistics mapped in process", "mapping", x.mapper, "flush", x.flush)
-	} else {
+	case x.dogstatsd != "":
+		log.Info("statistics to dogstatsd", "addr", x.dogstatsd, "protocol", "udp", "mogrifiers", mogrifierLabels(x.dog.Mogrifiers), "tags", strings.Join(x.dog.Tags, ","), "flush", x.flush)
+	default:
 		log.Info("statistics to statsd", "addr", x.statsd, "protocol", x.protocol, "flush", x.flush)
 	}
 	return []service.Option{service.WithRegistry(reg), service.WithStatsSink(x.st, mapped)}, nil
+}
+
+// watchRedis counts client's connections in envoy's statistics of its
+// Redis pool (statsd.Stats.RedisPool), when there are statistics: those
+// opened by a dial hook of go-redis's (on each node's client of a
+// Cluster), those open from its pool statistics. Call it before the
+// client's first command, so that the hook sees every connection.
+func (x *statsFlags) watchRedis(client redis.UniversalClient) {
+	if x.st == nil {
+		return
+	}
+	d := &dialCount{}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(d) })
+	} else {
+		client.AddHook(d)
+	}
+	x.st.RedisPool(d.n.Load, func() uint64 { return openConns(client.PoolStats()) })
+}
+
+// openConns is how many connections a client's pools hold: its commands',
+// its pipelines' and its Pub/Sub's.
+func openConns(s *redis.PoolStats) uint64 {
+	n := uint64(s.TotalConns) + uint64(s.PubSubStats.Active)
+	if s.PipelineStats != nil {
+		n += uint64(s.PipelineStats.TotalConns)
+	}
+	return n
+}
+
+// dialCount is a go-redis hook that counts the connections opened.
+type dialCount struct{ n atomic.Uint64 }
+
+func (d *dialCount) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err == nil {
+			d.n.Add(1)
+		}
+		return c, err
+	}
+}
+
+func (d *dialCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dialCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // run flushes the statistics until ctx ends.

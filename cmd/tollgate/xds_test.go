@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -15,12 +14,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/internal/test/redistest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/internal/test/xdstest"
 )
@@ -36,13 +32,19 @@ const egNode = "envoy-ratelimit"
 const egRoute = "httproute/default/api/rule/0"
 
 // egDomain is a domain as Envoy Gateway pushes it: its limit on the inner
-// descriptor rule-0-match-0, which has no value.
+// descriptor rule-0-match-0, which has no value. Beside it, the same limit
+// on a descriptor of its own, egProbe, for the tests to read the rules in
+// force by (limitOf) without adding to the route's statistics.
 func egDomain(name string, unit rlsconf.RateLimitUnit, perUnit uint32) *rlsconf.RateLimitConfig {
+	policy := func() *rlsconf.RateLimitPolicy { return &rlsconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: perUnit} }
 	return &rlsconf.RateLimitConfig{Name: name, Domain: name, Descriptors: []*rlsconf.RateLimitDescriptor{{
 		Key: egRoute, Value: egRoute,
-		Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: &rlsconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: perUnit}}},
-	}}}
+		Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: policy()}},
+	}, {Key: egProbe, RateLimit: policy()}}}
 }
+
+// egProbe is the key of the descriptor limitOf asks about.
+const egProbe = "probe"
 
 // egRequest is what Envoy asks for a request on the route of a client:
 // the value of the header the rule tells clients apart by (a rule of
@@ -51,18 +53,20 @@ func egRequest(domain, client string) *pb.RateLimitRequest {
 	return request(domain, desc(egRoute, egRoute, "rule-0-match-0", client))
 }
 
-// egEnv is Envoy Gateway v1.0-1.1's environment for the rate limit
+// egEnv is Envoy Gateway's environment of release r for the rate limit
 // service (envoyGateway), adapted to loopback ports, to certs' files and
 // to Redis at redisAddr and the management server at xdsAddr.
-func egEnv(certs *xdstest.Certs, redisAddr, xdsAddr string) []string {
+func egEnv(certs *xdstest.Certs, redisAddr, xdsAddr string, r egRelease) []string {
 	env := []string{}
-	for _, kv := range envoyGateway("/certs") {
+	for _, kv := range envoyGateway("/certs", r) {
 		name, v, _ := strings.Cut(kv, "=")
 		switch {
 		case name == "REDIS_URL":
 			v = redisAddr
 		case name == "CONFIG_GRPC_XDS_SERVER_URL":
 			v = xdsAddr
+		case name == "PROMETHEUS_ADDR":
+			v = "127.0.0.1:0"
 		case strings.HasSuffix(v, "/tls.crt"):
 			v = certs.ClientCert
 		case strings.HasSuffix(v, "/tls.key"):
@@ -92,14 +96,14 @@ func egCreds(t *testing.T, certs *xdstest.Certs) grpc.DialOption {
 	return grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}, RootCAs: roots, ServerName: "localhost"}))
 }
 
-// limitOf is the requests_per_unit of the answer to a request in domain,
-// -1 when it carries no current_limit (no rule), -2 when the request
+// limitOf is the requests_per_unit of the rule of egProbe in domain, -1
+// when the answer carries no current_limit (no rule), -2 when the request
 // fails (no rules yet).
 func limitOf(p *proc, domain string) int {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := p.rls.ShouldRateLimit(ctx, egRequest(domain, "limit-probe"))
+	resp, err := p.rls.ShouldRateLimit(ctx, request(domain, desc(egProbe, "p")))
 	if err != nil {
 		return -2
 	}
@@ -108,70 +112,6 @@ func limitOf(p *proc, domain string) int {
 		return -1
 	}
 	return int(l.GetRequestsPerUnit())
-}
-
-// TestServeEnvoyGatewayXDS starts tollgate with Envoy Gateway's
-// environment, forced start and mTLS to the management server included,
-// and follows a snapshot's life: no rules yet, the first push, an update,
-// a domain removed, a refused snapshot (and go-control-plane's resends
-// of it), and the management server restarted, numbering from "1".
-func TestServeEnvoyGatewayXDS(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.NewServer(t)
-	certs := xdstest.NewCerts(t)
-	mgmt := xdstest.Start(t, certs)
-	p := spawnEnv(t, egEnv(certs, rdb.Addr(), mgmt.Addr))
-	p.awaitListening(egCreds(t, certs))
-
-	// Before any config, as envoy: alive, not ready, requests fail.
-	if code, _ := p.get("/healthcheck"); code != http.StatusOK {
-		t.Errorf("/healthcheck before any rules: %d, want 200", code)
-	}
-	if code, body := p.get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no rules loaded") {
-		t.Errorf("/readyz before any rules: %d %q, want 503 no rules loaded", code, body)
-	}
-	_, err := p.rls.ShouldRateLimit(context.Background(), egRequest("default/eg/http", "c1"))
-	if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "no rate limit configuration loaded" {
-		t.Errorf("ShouldRateLimit before any rules: %v, want Unknown: no rate limit configuration loaded", err)
-	}
-
-	pushed := time.Now()
-	mgmt.Push(t, egNode, "1", egDomain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 3), egDomain("default/eg/grpc", rlsconf.RateLimitUnit_SECOND, 7))
-	testkit.Eventually(t, "the first push in force", func() bool { return limitOf(p, "default/eg/http") == 3 })
-	t.Logf("the first push in force %v after it", time.Since(pushed).Round(time.Millisecond))
-	client := "c-" + randomID()
-	for i, want := range []string{"OK: OK", "OK: OK", "OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
-		if got := codesOf(p.ask(egRequest("default/eg/http", client))); got != want {
-			t.Errorf("request %d over mTLS: %s, want %s", i+1, got, want)
-		}
-	}
-
-	pushed = time.Now()
-	mgmt.Push(t, egNode, "2", egDomain("default/eg/http", rlsconf.RateLimitUnit_MINUTE, 5), egDomain("default/eg/grpc", rlsconf.RateLimitUnit_SECOND, 7))
-	testkit.Eventually(t, "the update in force", func() bool { return limitOf(p, "default/eg/http") == 5 })
-	t.Logf("the update in force %v after it", time.Since(pushed).Round(time.Millisecond))
-
-	mgmt.Push(t, egNode, "3", egDomain("default/eg/grpc", rlsconf.RateLimitUnit_SECOND, 7))
-	testkit.Eventually(t, "the domain left out deleted", func() bool { return limitOf(p, "default/eg/http") == -1 })
-	if got := codesOf(p.ask(egRequest("default/eg/http", client))); got != "OK: OK" {
-		t.Errorf("a request of the deleted domain: %s, want OK: OK", got)
-	}
-
-	egRefused(t, p, mgmt)
-	egHostile(t, p, mgmt)
-
-	mgmt.Restart(t)
-	restarted := time.Now()
-	p.log.waitFor(t, regexp.MustCompile(`xDS: no stream to the management server; reconnecting`), 10*time.Second)
-	if got := limitOf(p, "default/eg/grpc"); got != 7 {
-		t.Errorf("while the management server is away: limit %d, want 7, the rules in force", got)
-	}
-	mgmt.Push(t, egNode, "1", egDomain("default/eg/http", rlsconf.RateLimitUnit_HOUR, 13))
-	testkit.Eventually(t, `version "1" of the restarted server in force`, func() bool { return limitOf(p, "default/eg/http") == 13 })
-	t.Logf("the restarted server's rules in force %v after it started (the first wait to reconnect: envoy's default, 10 s ± 50%%)", time.Since(restarted).Round(time.Millisecond))
-	if got := limitOf(p, "default/eg/grpc"); got != -1 {
-		t.Errorf("default/eg/grpc after the restart's snapshot: limit %d, want none", got)
-	}
 }
 
 // egRefused pushes a snapshot the loader refuses and wants it NACKed with

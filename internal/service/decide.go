@@ -48,6 +48,9 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 		return nil, nil, err
 	}
 	if s.snap.Load() == nil {
+		if s.sink != nil && (via == apiGRPC || via == apiJSON) {
+			s.sink.CallFailed(false) // envoy's service_error, as for an invalid request
+		}
 		return nil, nil, errNoRules
 	}
 	req, marks, err := s.stripMarks(via, req)
@@ -76,7 +79,7 @@ func (s *Server) decide(ctx context.Context, via api, req *pb.RateLimitRequest, 
 	resp.OverallCode = s.overall(via, items, answers)
 	traceDecision(ctx, req, resp.OverallCode)
 	if s.envoy.metadata {
-		resp.DynamicMetadata = requestMetadata(req)
+		resp.DynamicMetadata = requestMetadata(req, passedMetadata(items, resp.Statuses))
 	}
 	return resp, s.headerFields(&p, items, answers, inResponse), nil
 }

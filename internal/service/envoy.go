@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 
@@ -109,8 +110,9 @@ func (s *Server) spendDenied(q *engine.Request, p *engine.Point, key string, r *
 }
 
 // requestMetadata is envoy's dynamic metadata of req: domain, descriptors
-// and hits_addend.
-func requestMetadata(req *pb.RateLimitRequest) *structpb.Struct {
+// and hits_addend, and the metadata of the rules it passed when there is
+// any (passedMetadata).
+func requestMetadata(req *pb.RateLimitRequest, passed *structpb.Struct) *structpb.Struct {
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
 		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
@@ -133,5 +135,58 @@ func requestMetadata(req *pb.RateLimitRequest) *structpb.Struct {
 	if h := req.GetHitsAddend(); h != 0 {
 		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
+	if passed != nil {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
 	return &structpb.Struct{Fields: fields}
+}
+
+// passedMetadata is the metadata of the rules of the descriptors answered
+// OK (statuses), merged in the request's order as envoyproxy/ratelimit
+// merges them: a key already there keeps its value, but two mappings under
+// one key are merged the same way. A descriptor over its limit, of an
+// unlimited or replaced rule, or without a rule adds nothing. It is nil
+// when no rule adds any. The rules' own metadata is shared by every answer
+// and never changed: a merge copies each mapping it adds to.
+func passedMetadata(items []item, statuses []*pb.RateLimitResponse_DescriptorStatus) *structpb.Struct {
+	var out *structpb.Struct
+	owned := false // out is a copy of ours, not a rule's
+	for i := range items {
+		r := items[i].rule
+		if r == nil || r.Metadata == nil || items[i].dropped || r.Unlimited || statuses[i].GetCode() != pb.RateLimitResponse_OK {
+			continue
+		}
+		if out == nil {
+			out = r.Metadata // the usual answer: one rule's, as it is
+			continue
+		}
+		if !owned {
+			out, owned = shallowCopy(out), true
+		}
+		mergeMetadata(out, r.Metadata)
+	}
+	return out
+}
+
+// mergeMetadata adds to dst, a mapping of ours, what src has that it has
+// not, and merges the mappings both have under one key into copies.
+func mergeMetadata(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		have, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = v
+			continue
+		}
+		d, s := have.GetStructValue(), v.GetStructValue()
+		if d == nil || s == nil {
+			continue // the first value stays
+		}
+		c := shallowCopy(d)
+		mergeMetadata(c, s)
+		dst.Fields[k] = structpb.NewStructValue(c)
+	}
+}
+
+func shallowCopy(s *structpb.Struct) *structpb.Struct {
+	return &structpb.Struct{Fields: maps.Clone(s.GetFields())}
 }

@@ -241,7 +241,7 @@ func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, p
 type descriptor struct {
 	key, value                                         string
 	keyNode, valueNode, rateLimit, children, shareNode *yaml.Node
-	concurrency                                        *yaml.Node
+	concurrency, metadata                              *yaml.Node
 	dryRun, quota, detailed, toMetric, shareThreshold  bool
 }
 
@@ -280,8 +280,7 @@ func (b *builder) descriptor(d *yaml.Node) (descriptor, bool) {
 			e.shareThreshold = b.boolean(v)
 			e.shareNode = v
 		case "metadata":
-			// Accepted for compatibility: envoyproxy/ratelimit returns it
-			// as dynamic metadata when so configured; tollgate does not.
+			e.metadata = v
 		}
 	})
 	if e.key == "" {
@@ -347,6 +346,9 @@ func (b *builder) addDescriptor(parent *node, e *descriptor, domain, id string, 
 	if n.rule != nil {
 		n.rule.DryRun, n.rule.QuotaMode, n.rule.DetailedMetric = e.dryRun, e.quota, e.detailed
 		n.rule.Line = e.keyNode.Line
+		if e.metadata != nil {
+			n.rule.Metadata = b.metadata(e.metadata)
+		}
 	}
 	if b.warn != nil {
 		b.shadowWarnings(parent, e, id)

@@ -36,7 +36,8 @@
 // = 30 days, year = 365 days; any case), requests_per_unit (0 denies every
 // request), unlimited, name, replaces (a list of {name}); and beside the
 // rate_limit, on the descriptor: shadow_mode, quota_mode, detailed_metric,
-// value_to_metric, share_threshold and metadata (accepted and ignored).
+// value_to_metric, share_threshold and metadata (metadata.go: returned in
+// the dynamic metadata of the answers the rule passes).
 //
 // tollgate's extensions, in rate_limit or as defaults at the top of a file:
 //   - algorithm: one of tollgate's six (token_bucket, gcra, fixed_window,

@@ -44,7 +44,7 @@ func (b *builder) rollout(m *yaml.Node, r *Rule, f *rateLimitFields) {
 	b.mapping(m, rolloutKeys, func(k string, kn, v *yaml.Node) {
 		switch k {
 		case "requests_per_unit":
-			if x, ok := b.atLeastOne(v, "a rollout's requests_per_unit"); ok && x < 1<<32 {
+			if x, ok := b.atLeastOne(v, "a rollout's requests_per_unit"); ok && int64(x) < 1<<32 {
 				next.RequestsPerUnit = uint32(x)
 			} else if ok {
 				b.errorf(v, "requests_per_unit must be below 2^32")

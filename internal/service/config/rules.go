@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Unit is the time unit of an envoy rate limit. Its values are those of
@@ -137,6 +138,10 @@ type Rule struct {
 	// DetailedMetric rules report metrics under the request's values rather
 	// than under ID.
 	DetailedMetric bool
+	// Metadata is the descriptor's metadata (metadata.go), nil when it
+	// has none: the server returns it in the dynamic metadata of answers
+	// the rule passes. It is shared by every answer: read, never changed.
+	Metadata *structpb.Struct
 	// File and Line locate the rule's descriptor.
 	File string
 	Line int

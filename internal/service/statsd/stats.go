@@ -1,8 +1,10 @@
 // Package statsd sends envoyproxy/ratelimit's statistics, named as it
 // names them, through lyft/gostats, the statistics library envoy's service
-// itself uses: to a statsd server (envoy's USE_STATSD), or through a
-// statsd_exporter mapping applied in process, whose series are on the
-// service's Prometheus registry (envoy's PROMETHEUS_MAPPER_YAML).
+// itself uses: to a statsd server (envoy's USE_STATSD), to a DogStatsD
+// agent in its format, renamed and tagged by mogrifiers (envoy's
+// USE_DOG_STATSD: see NewDogStatsd), or through a statsd_exporter mapping
+// applied in process, whose series are on the service's Prometheus
+// registry (envoy's PROMETHEUS_MAPPER_YAML).
 //
 // The names are envoy's:
 //
@@ -13,6 +15,7 @@
 //	ratelimit.service.global_shadow_mode
 //	ratelimit_server.<method>.total_requests, ratelimit_server.<method>.response_time (a timer, in ms)
 //	ratelimit.go.* (the Go runtime's gauges and counters)
+//	ratelimit.redis_pool.{cx_active,cx_total,cx_local_close} (RedisPool)
 //
 // where <rule> is a rule's statistics name (domain.key_value.key…). As in
 // envoy, counters are kept in the process and flushed every flush
@@ -62,6 +65,7 @@ type Stats struct {
 	methods              sync.Map // gRPC method → *method
 	runOnce, closeOnce   sync.Once
 	done                 chan struct{}
+	root                 gostats.Scope // ratelimit
 }
 
 type method struct {
@@ -93,7 +97,41 @@ func newStats(sink gostats.Sink, flush time.Duration, tags map[string]string, bo
 		redisErr:     call.NewCounter("redis_error"),
 		globalShadow: service.NewCounter("global_shadow_mode"),
 		done:         make(chan struct{}),
+		root:         root,
 	}
+}
+
+// RedisPool adds envoy's statistics of its Redis connection pool, made at
+// each flush from what the client reports: opened, how many connections
+// it has opened so far, and open, how many are open now. They are sent as
+// envoy's are: ratelimit.redis_pool.cx_active, the connections open (a
+// gauge); cx_total, those opened; cx_local_close, those closed, which is
+// the difference. A connection being opened at the instant of a flush may
+// count as closed there until a real close takes its place: the counters
+// never go down. Call it once, before Run.
+func (s *Stats) RedisPool(opened, open func() uint64) {
+	scope := s.root.Scope("redis_pool")
+	s.store.AddStatGenerator(&poolStats{opened: opened, open: open,
+		active: scope.NewGauge("cx_active"), total: scope.NewCounter("cx_total"), closed: scope.NewCounter("cx_local_close")})
+}
+
+// poolStats makes the Redis pool's statistics at each flush.
+type poolStats struct {
+	opened, open          func() uint64
+	active                gostats.Gauge
+	total, closed         gostats.Counter
+	lastTotal, lastClosed uint64 // what the counters were given so far
+}
+
+func (p *poolStats) GenerateStats() {
+	active := p.open()
+	total := max(p.opened(), p.lastTotal) // read after open: no open connection uncounted
+	active = min(active, total)
+	closed := max(total-active, p.lastClosed)
+	p.active.Set(active)
+	p.total.Add(total - p.lastTotal)
+	p.closed.Add(closed - p.lastClosed)
+	p.lastTotal, p.lastClosed = total, closed
 }
 
 // Bound is the bound of the names made from callers' values.

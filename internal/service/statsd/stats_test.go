@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,5 +386,39 @@ func writeFile(t *testing.T, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStatsdRedisPool: the Redis pool's statistics, made at each flush
+// from the connections opened and open: the gauge of those open, and what
+// the counters of those opened and closed grew by, never less than 0.
+func TestStatsdRedisPool(t *testing.T) {
+	t.Parallel()
+	srv := listen(t, "tcp")
+	s, err := NewStatsd(srv.addr, "tcp", Options{Flush: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened, open atomic.Uint64
+	s.RedisPool(opened.Load, open.Load)
+	for i, tc := range []struct {
+		opened, open uint64
+		want         []string
+		notSent      string
+	}{
+		{3, 2, []string{"ratelimit.redis_pool.cx_active:2|g", "ratelimit.redis_pool.cx_total:3|c", "ratelimit.redis_pool.cx_local_close:1|c"}, ""},
+		{5, 4, []string{"ratelimit.redis_pool.cx_active:4|g", "ratelimit.redis_pool.cx_total:2|c"}, "cx_local_close"},
+		// More open than opened, read a moment apart: as many as opened.
+		{5, 6, []string{"ratelimit.redis_pool.cx_active:5|g"}, "cx_total"},
+		{7, 1, []string{"ratelimit.redis_pool.cx_active:1|g", "ratelimit.redis_pool.cx_total:2|c", "ratelimit.redis_pool.cx_local_close:5|c"}, ""},
+	} {
+		opened.Store(tc.opened)
+		open.Store(tc.open)
+		s.Flush()
+		for _, line := range srv.waitFor(t, tc.want...) {
+			if tc.notSent != "" && strings.Contains(line, tc.notSent) {
+				t.Errorf("flush %d: %q sent, unchanged", i+1, line)
+			}
+		}
 	}
 }

@@ -2,12 +2,16 @@ package xds
 
 import (
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"strconv"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/internal/service/config"
 )
@@ -141,6 +145,13 @@ func (w *writer) descriptors(ds []*rlsconf.RateLimitDescriptor) {
 		if quotaMode(d) {
 			w.raw(`, "quota_mode": true`)
 		}
+		switch m, ok := descriptorMetadata(d); {
+		case !ok: // for the loader to refuse, saying why
+			w.raw(`, "metadata": "unreadable: no google.protobuf.Struct"`)
+		case m != nil:
+			w.raw(`, "metadata": `)
+			w.value(structpb.NewStructValue(m))
+		}
 		if cs := d.GetDescriptors(); len(cs) > 0 {
 			w.raw(`, "descriptors": [`)
 			w.descriptors(cs)
@@ -208,10 +219,97 @@ func fileLimit(l config.Limits) int64 {
 	return config.DefaultLimits().MaxFileSize
 }
 
+// value writes a metadata value in YAML's flow style, on the line of its
+// descriptor, a mapping's keys in order so that one resource always makes
+// one file. A number that is no JSON number (NaN, ±Inf) is written as its
+// text, as the loader would read it from a file. It recurses once per
+// level, bounded as descriptors are (see descriptors); the loader refuses
+// metadata nested past config.Limits.MaxDepth.
+func (w *writer) value(v *structpb.Value) {
+	if w.full() {
+		return
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		fields := k.StructValue.GetFields()
+		w.raw("{")
+		for i, name := range slices.Sorted(maps.Keys(fields)) {
+			if i > 0 {
+				w.raw(", ")
+			}
+			w.str(name)
+			w.raw(": ")
+			w.value(fields[name])
+		}
+		w.raw("}")
+	case *structpb.Value_ListValue:
+		w.raw("[")
+		for i, e := range k.ListValue.GetValues() {
+			if i > 0 {
+				w.raw(", ")
+			}
+			w.value(e)
+		}
+		w.raw("]")
+	case *structpb.Value_StringValue:
+		w.str(k.StringValue)
+	case *structpb.Value_BoolValue:
+		w.raw(strconv.FormatBool(k.BoolValue))
+	case *structpb.Value_NumberValue:
+		n := k.NumberValue
+		if math.IsNaN(n) || math.IsInf(n, 0) {
+			w.str(strconv.FormatFloat(n, 'g', -1, 64))
+		} else {
+			w.raw(strconv.FormatFloat(n, 'g', -1, 64))
+		}
+	default: // null, or no kind
+		w.raw("null")
+	}
+}
+
 // quotaModeField is quota_mode's number in later versions of the schema
 // than the module's tollgate builds with, which keeps it among a
 // descriptor's unknown fields.
 const quotaModeField = 7
+
+// metadataField is metadata's number in later versions of the schema, a
+// google.protobuf.Struct kept among a descriptor's unknown fields by the
+// module's version tollgate builds with.
+const metadataField = 8
+
+// descriptorMetadata reads metadata from d's unknown fields: as protobuf
+// has it for a message field, every occurrence merged into one. It is nil
+// when there is none, and reports false when it is no Struct (nested past
+// protobuf's 10,000 levels, say).
+func descriptorMetadata(d *rlsconf.RateLimitDescriptor) (*structpb.Struct, bool) {
+	var m *structpb.Struct
+	b := d.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, false
+		}
+		b = b[n:]
+		if num == metadataField && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, false
+			}
+			if m == nil {
+				m = &structpb.Struct{}
+			}
+			if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, m); err != nil {
+				return nil, false
+			}
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil, false
+		}
+		b = b[n:]
+	}
+	return m, true
+}
 
 // quotaMode reads quota_mode from d's unknown fields: the last value wins,
 // as protobuf has it.

@@ -6,9 +6,11 @@ import (
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/internal/service/config"
 )
@@ -83,6 +85,11 @@ func TestRenderedResourcesLoad(t *testing.T) {
 			[][2]string{{odd, odd}}, "default/eg/http." + odd + "_" + odd + " 1/hour name=n replaces=other dry-run detailed"},
 		{"quota_mode of a later schema", []proto.Message{quotaConfig(t)},
 			[][2]string{{"k", "v"}}, "default/eg/http.k 2/second quota"},
+		{"metadata of a later schema", []proto.Message{metadataConfig(t, map[string]any{
+			"name": "service_1", "route": map[string]any{"weight": 1.5, "on": true, "off": nil, "tags": []any{"a\"b", 7.0}}})},
+			[][2]string{{"k", "v"}}, `default/eg/http.k 2/second metadata={"name":"service_1","route":{"off":null,"on":true,"tags":["a\"b",7],"weight":1.5}}`},
+		{"metadata too deep", []proto.Message{metadataConfig(t, nested(17))}, nil, "metadata nested deeper than 16 levels (the limit)"},
+		{"metadata unreadable", []proto.Message{badMetadataConfig(t)}, nil, `metadata must be a mapping, found "unreadable: no google.protobuf.Struct"`},
 		{"empty key", []proto.Message{&rlsconf.RateLimitConfig{Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{{Value: "v"}}}},
 			nil, "config: d:2:9: descriptor has no key"},
 		{"no domain", []proto.Message{&rlsconf.RateLimitConfig{Name: "n"}}, nil, "config: n:1:12: domain is missing or empty"},
@@ -139,7 +146,66 @@ func describe(r *config.Rule) string {
 	if r.QuotaMode {
 		s += " quota"
 	}
+	if r.Metadata != nil {
+		b, err := protojson.Marshal(r.Metadata)
+		if err != nil {
+			return err.Error()
+		}
+		s += " metadata=" + strings.ReplaceAll(string(b), " ", "")
+	}
 	return s
+}
+
+// metadataConfig is a domain whose descriptor has metadata m in field 8,
+// as later versions of the schema write it.
+func metadataConfig(t testing.TB, m map[string]any) *rlsconf.RateLimitConfig {
+	t.Helper()
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, err := proto.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 2}}
+	b, err := proto.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, 8, protowire.BytesType)
+	b = protowire.AppendBytes(b, mb)
+	var later rlsconf.RateLimitDescriptor
+	if err := proto.Unmarshal(b, &later); err != nil {
+		t.Fatal(err)
+	}
+	return &rlsconf.RateLimitConfig{Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{&later}}
+}
+
+// badMetadataConfig is a domain whose descriptor's field 8 is no Struct.
+func badMetadataConfig(t testing.TB) *rlsconf.RateLimitConfig {
+	t.Helper()
+	d := &rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 2}}
+	b, err := proto.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, 8, protowire.BytesType)
+	b = protowire.AppendBytes(b, []byte{0xff, 0xff})
+	var later rlsconf.RateLimitDescriptor
+	if err := proto.Unmarshal(b, &later); err != nil {
+		t.Fatal(err)
+	}
+	return &rlsconf.RateLimitConfig{Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{&later}}
+}
+
+// nested is metadata of levels mappings, one in the other.
+func nested(levels int) map[string]any {
+	m := map[string]any{"a": 1.0}
+	for range levels - 1 {
+		m = map[string]any{"a": m}
+	}
+	return m
 }
 
 // quotaConfig is a domain whose descriptor says quota_mode: true in field

@@ -166,7 +166,7 @@ type lineParser struct {
 }
 
 var (
-	errNginx     = errors.New(`not nginx's combined format: ADDR - USER [TIME] "REQUEST" STATUS BYTES ...`)
+	errNginx     = errors.New(`not nginx's combined format: ADDR - USER [TIME] "REQUEST" STATUS BYTES and more`)
 	errNoUser    = errors.New("no remote_user (-)")
 	errNoClient  = errors.New("no client")
 	errLongName  = fmt.Errorf("a client longer than %d bytes", MaxClientBytes)
@@ -231,7 +231,7 @@ func (p *lineParser) time(b []byte) (int64, error) {
 			return 0, errNginxTime
 		}
 		p.lastUS = t.UnixMicro()
-	case len(b) > 0 && '0' <= b[0] && b[0] <= '9' && bytes.IndexAny(b, "-:T") < 0:
+	case len(b) > 0 && '0' <= b[0] && b[0] <= '9' && !bytes.ContainsAny(b, "-:T"):
 		us, ok := secondsUS(b)
 		if !ok {
 			return 0, errBadTime

@@ -174,7 +174,7 @@ type secCount struct{ n, seconds uint32 }
 
 // addSecond records a second in which c sent n requests.
 func (c *clientStats) addSecond(n int) {
-	n = min(n, 1<<32-1)
+	n = int(min(int64(n), 1<<32-1))
 	c.busy++
 	i, found := slices.BinarySearchFunc(c.counts, uint32(n), func(e secCount, n uint32) int { return cmp.Compare(e.n, n) })
 	if found {
