@@ -152,6 +152,21 @@ func scenarios() []scenario {
 			deny(15*second, 3, 2, 5*second, 5*second),
 			peek(15*second, 2, 5*second),
 		}},
+		// Calendar windows: T0 is 01:00 on 1 January in Berlin, whose day
+		// ends at 23:00 UTC; January has 31 days and February 28.
+		scenario{name: "calendar day in Berlin", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 2, Calendar: tollgate.Calendar{Unit: "day", Zone: "Europe/Berlin"}}, steps: []step{
+			allow(0, 2, 0, 23*time.Hour),
+			deny(23*time.Hour-second, 1, 0, second, second),
+			allow(23*time.Hour, 1, 1, 24*time.Hour), // 2 January, midnight in Berlin
+		}},
+		scenario{name: "calendar month, sliding", limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 31, Calendar: tollgate.Calendar{Unit: "month", Zone: "UTC"}}, steps: []step{
+			allow(0, 31, 0, 59*24*time.Hour), // weighs until February ends
+			// 1 February: January weighs 31 × (steps − k)/steps, steps the
+			// 2,419,200 seconds of February: a cost of 1 fits from
+			// k = ⌈2,419,200 / 31⌉ = 78,039 s on.
+			deny(31*24*time.Hour, 1, 0, 78_039*second, 28*24*time.Hour),
+			allow(31*24*time.Hour+78_039*second, 1, 0, 28*24*time.Hour+31*24*time.Hour-78_039*second),
+		}},
 		scenario{name: "fixed window boundary", limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Minute}, steps: join(
 			// Twice the limit within a second, across the edge.
 			[]step{allow(59*second, 1, 2, second), allow(59*second, 1, 1, second), allow(59*second, 1, 0, second)},
