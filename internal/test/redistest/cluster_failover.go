@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -100,19 +101,38 @@ func (c *Cluster) slotsOf(ctx context.Context, master *Server) ([]slotRange, err
 }
 
 // replicaOf returns a running node that replicates master and that every
-// running node knows as master's replica (see checkReplicaOf).
+// running node knows as master's replica (see checkReplicaOf), waiting up
+// to replicaWait for one: on a busy machine a replica's link may still be
+// coming up (ROLE says "connecting" or "sync") or the others may not yet
+// know it, a few seconds after the cluster or its last failover settled.
 func (c *Cluster) replicaOf(ctx context.Context, master *Server) (*Server, error) {
-	var last error
-	for _, n := range c.Nodes {
-		if n == master || !n.Running() {
-			continue
+	ctx, cancel := context.WithTimeout(ctx, replicaWait)
+	defer cancel()
+	var found *Server
+	err := poll(ctx, "a connected replica of "+master.Addr(), func(ctx context.Context) error {
+		var errs []string
+		for _, n := range c.Nodes {
+			if n == master || !n.Running() {
+				continue
+			}
+			err := c.checkReplicaOf(ctx, n, master)
+			if err == nil {
+				found = n
+				return nil
+			}
+			errs = append(errs, err.Error())
 		}
-		if last = c.checkReplicaOf(ctx, n, master); last == nil {
-			return n, nil
-		}
+		return errors.New(strings.Join(errs, "; "))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s has no connected replica: %w", master.Addr(), err)
 	}
-	return nil, fmt.Errorf("%s has no connected replica: %w", master.Addr(), last)
+	return found, nil
 }
+
+// replicaWait is how long replicaOf waits for a master's replica to be
+// connected and known to every node.
+const replicaWait = 15 * time.Second
 
 // checkReplicaOf checks that n replicates master with its link up (see
 // checkRole) and that every running node's CLUSTER NODES says so too. The second matters: a replica
