@@ -229,3 +229,39 @@ func newLim(l tollgate.Limit) lim {
 
 // us returns d in whole µs; limits the model is given are whole µs.
 func us(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// AllowAll decides n under every one of limits together at now, as a
+// tollgate.Combiner does: when each limit alone would admit n, each
+// spends it; otherwise none does, a limit that would deny is asked n
+// (a denial, which changes only its expiry) and one that would admit is
+// asked 0 (a look). It returns each limit's Result in order, or an error
+// wrapping ErrCost, changing nothing, for a cost outside any limit's
+// range. No two limits may share a state (algorithm, period and
+// calendar).
+func (m *Model) AllowAll(key string, limits []tollgate.Limit, n int, now int64) ([]tollgate.Result, error) {
+	admits := make([]bool, len(limits))
+	all := true
+	trial := m.Clone()
+	for i, l := range limits {
+		for _, o := range limits[:i] {
+			if keyOf(key, o) == keyOf(key, l) {
+				return nil, fmt.Errorf("model: %v and %v share a state", o, l)
+			}
+		}
+		r, err := trial.AllowN(key, l, n, now)
+		if err != nil {
+			return nil, err
+		}
+		admits[i] = r.Allowed
+		all = all && r.Allowed
+	}
+	out := make([]tollgate.Result, len(limits))
+	for i, l := range limits {
+		cost := n
+		if !all && admits[i] {
+			cost = 0
+		}
+		out[i], _ = m.AllowN(key, l, cost, now)
+	}
+	return out, nil
+}
