@@ -51,6 +51,8 @@ var (
 	libName  string
 	fnNames  [len(keyNames)]string
 	settleFn string
+	// allFn decides several limits together (lua/all.lua).
+	allFn string
 )
 
 var (
@@ -100,43 +102,96 @@ func composeSettle(settle string, bodies [len(keyNames)]string) string {
 	return out
 }
 
-func initLibrary(lib string, bodies [len(keyNames)]string, settle string) {
+func initLibrary(lib string, bodies [len(keyNames)]string, settle, cal, all string) {
 	h := sha1.New()
 	h.Write([]byte(lib))
 	for _, b := range bodies {
 		h.Write([]byte(b))
 	}
 	h.Write([]byte(settle))
+	h.Write([]byte(cal))
+	h.Write([]byte(all))
 	libName = "tollgate_" + hex.EncodeToString(h.Sum(nil))[:16]
 	var b strings.Builder
 	b.WriteString("#!lua name=" + libName + "\n")
 	b.WriteString(lib)
 	// Every algorithm's header and state functions, seen by its decide and
-	// by settle.lua's corrections.
+	// by settle.lua's corrections; then the decides, each in a block of its
+	// own, registered as the algorithm's function and collected for
+	// all.lua.
+	writeDecides(&b, bodies, cal, func(short, run string) {
+		for _, a := range tollgate.Algorithms() {
+			if keyNames[a] == short {
+				fnNames[a] = libName + "_" + short
+				fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", fnNames[a], run)
+			}
+		}
+		// The calendar's decide (cal) is asked only through all.lua.
+	})
+	settleFn = libName + "_settle"
+	m := runCall.FindStringSubmatchIndex(settle)
+	if m == nil {
+		panic("redisstore: lua/settle.lua does not end with return run(...)") // embedded: cannot happen
+	}
+	b.WriteString("\ndo\n")
+	b.WriteString(settle[:m[0]])
+	fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", settleFn, settle[m[2]:m[3]])
+	b.WriteString("end\n")
+	allFn = libName + "_all"
+	b.WriteString("\ndo\n")
+	b.WriteString(strings.TrimSuffix(strings.TrimSpace(all), allCall))
+	fmt.Fprintf(&b, "\nredis.register_function('%s', function(keys, argv) return all(keys, argv) end)\n", allFn)
+	b.WriteString("end\n")
+	library = b.String()
+}
+
+// allCall is the last line of lua/all.lua, which its script runs and its
+// function replaces.
+const allCall = "return all(KEYS, ARGV)"
+
+// writeDecides writes, after lib.lua, every algorithm's header and state
+// functions (and the calendar windows'), the table decides, and each
+// decide in a block of its own (they do not see each other), which ends by
+// putting it in decides under its short name (cal for the calendar's) and
+// by calling end(short name, its run call without the keys and arguments)
+// for what else the block holds.
+func writeDecides(b *strings.Builder, bodies [len(keyNames)]string, cal string, end func(short, run string)) {
+	files := make([]string, 0, len(bodies)+1)
+	texts := make([]string, 0, len(bodies)+1)
+	names := make([]string, 0, len(bodies)+1)
 	for _, a := range tollgate.Algorithms() {
-		above, _, _ := splitFile(a.String()+".lua", bodies[a])
+		files, texts, names = append(files, a.String()+".lua"), append(texts, bodies[a]), append(names, keyNames[a])
+	}
+	files, texts, names = append(files, "calendar.lua"), append(texts, cal), append(names, "cal")
+	for i, f := range files {
+		above, _, _ := splitFile(f, texts[i])
 		b.WriteString("\n")
 		b.WriteString(above)
 	}
-	register := func(file, name, body string) {
-		m := runCall.FindStringSubmatchIndex(body)
+	b.WriteString("\nlocal decides = {}\n")
+	for i, f := range files {
+		_, _, decide := splitFile(f, texts[i])
+		m := runCall.FindStringSubmatchIndex(decide)
 		if m == nil {
-			panic("redisstore: lua/" + file + " does not end with return run(...)") // embedded: cannot happen
+			panic("redisstore: lua/" + f + " does not end with return run(...)") // embedded: cannot happen
 		}
-		// Each decide in a block of its own: they do not see each other.
 		b.WriteString("\ndo\n")
-		b.WriteString(body[:m[0]])
-		fmt.Fprintf(&b, "redis.register_function('%s', function(keys, argv) return %s, keys, argv) end)\n", name, body[m[2]:m[3]])
+		b.WriteString(decide[:m[0]])
+		fmt.Fprintf(b, "decides['%s'] = decide\n", names[i])
+		end(names[i], decide[m[2]:m[3]])
 		b.WriteString("end\n")
 	}
-	for _, a := range tollgate.Algorithms() {
-		fnNames[a] = libName + "_" + keyNames[a]
-		_, _, decide := splitFile(a.String()+".lua", bodies[a])
-		register(a.String()+".lua", fnNames[a], decide)
-	}
-	settleFn = libName + "_settle"
-	register("settle.lua", settleFn, settle)
-	library = b.String()
+}
+
+// composeAll returns the script of lua/all.lua: lib.lua, every decide as
+// writeDecides writes them, and all.lua.
+func composeAll(lib string, bodies [len(keyNames)]string, cal, all string) string {
+	var b strings.Builder
+	b.WriteString(lib)
+	writeDecides(&b, bodies, cal, func(string, string) {})
+	b.WriteString("\n")
+	b.WriteString(all)
+	return b.String()
 }
 
 // loadLibrary loads the function library on every server the client

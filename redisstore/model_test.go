@@ -49,6 +49,11 @@ func (s *timedStore) AllowN(ctx context.Context, key string, l tollgate.Limit, n
 	return s.Store.AllowN(ctx, key, l, n)
 }
 
+func (s *timedStore) AllowAll(ctx context.Context, key string, limits []tollgate.Limit, n int, dst []tollgate.Result) ([]tollgate.Result, error) {
+	s.sent = time.Now()
+	return s.Store.AllowAll(ctx, key, limits, n, dst)
+}
+
 func (s *timedStore) ReserveN(ctx context.Context, key string, l tollgate.Limit, n int) (tollgate.Result, int64, error) {
 	s.sent = time.Now()
 	return s.Store.ReserveN(ctx, key, l, n)

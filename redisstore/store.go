@@ -75,6 +75,11 @@ var (
 	// calendarScript decides the windows of a limit with a Calendar:
 	// lua/lib.lua followed by lua/calendar.lua.
 	calendarScript *redis.Script
+	// allScript decides several limits of one key together: lua/lib.lua,
+	// every algorithm's decide and the calendar's, and lua/all.lua (see
+	// composeAll).
+	allSource string
+	allScript *redis.Script
 )
 
 func init() {
@@ -103,7 +108,13 @@ func init() {
 		panic(err)
 	}
 	calendarScript = redis.NewScript(string(lib) + "\n" + string(cal))
-	initLibrary(string(lib), bodies, string(settle))
+	all, err := luaFiles.ReadFile("lua/all.lua")
+	if err != nil {
+		panic(err)
+	}
+	allSource = composeAll(string(lib), bodies, string(cal), string(all))
+	allScript = redis.NewScript(allSource)
+	initLibrary(string(lib), bodies, string(settle), string(cal), string(all))
 }
 
 // Source returns the Lua source the store runs for algorithm a: lua/lib.lua
@@ -265,7 +276,19 @@ func (s *Store) decide(ctx context.Context, key string, limit tollgate.Limit, n 
 // application's clock (see the script's header): Lua has no time zone
 // database. It is sent on its own, never pipelined or batched.
 func (s *Store) decideCalendar(ctx context.Context, key string, limit tollgate.Limit, p tollgate.Params, n int) (tollgate.Result, int64, error) {
-	res := tollgate.Result{Limit: limit}
+	args, err := s.calendarArgs(p, n, nil)
+	if err != nil {
+		return tollgate.Result{Limit: limit}, 0, err
+	}
+	reply, err := calendarScript.Run(ctx, s.client, []string{s.Key(key, limit)}, args...).Result()
+	return s.result(limit, reply, err)
+}
+
+// calendarArgs appends to dst the arguments of lua/calendar.lua for the
+// checked request p of cost n: the edges of four windows around the
+// application's clock, and the time the script decides at ("" for the
+// server's).
+func (s *Store) calendarArgs(p tollgate.Params, n int, dst []any) ([]any, error) {
 	var (
 		at  time.Time
 		now string // the script's time: "" for the server's
@@ -280,19 +303,17 @@ func (s *Store) decideCalendar(ctx context.Context, key string, limit tollgate.L
 		at = time.Now()
 	}
 	if us := at.UnixMicro(); us < 0 || us > exact.MaxNow {
-		return res, 0, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", at)
+		return dst, fmt.Errorf("redisstore: clock reads %v, outside what the scripts can count exactly (1970 to 2250)", at)
 	}
 	w, err := p.Calendar.Window(at.UnixMicro())
 	if err != nil {
-		return res, 0, fmt.Errorf("redisstore: %w", err)
+		return dst, fmt.Errorf("redisstore: %w", err)
 	}
 	alg := "fw"
 	if p.Algorithm == tollgate.SlidingWindowCounter {
 		alg = "swc"
 	}
-	args := []any{alg, p.Rate, w.Prev, w.Start, w.End, w.Next, w.After, n, now}
-	reply, err := calendarScript.Run(ctx, s.client, []string{s.Key(key, limit)}, args...).Result()
-	return s.result(limit, reply, err)
+	return append(dst, alg, p.Rate, w.Prev, w.Start, w.End, w.Next, w.After, n, now), nil
 }
 
 // clock returns the time argument of a script: the WithClock time in µs,
@@ -442,6 +463,9 @@ func (s *Store) Load(ctx context.Context) error {
 	}
 	if err := calendarScript.Load(ctx, s.client).Err(); err != nil {
 		return fmt.Errorf("redisstore: load calendar script: %w", err)
+	}
+	if err := allScript.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("redisstore: load all script: %w", err)
 	}
 	for _, sc := range []*redis.Script{concAcquire, concRelease, concRenew} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {

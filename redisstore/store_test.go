@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		settleChild() // see settle_race_test.go
 		return
 	}
+	if os.Getenv(allChildEnv) != "" {
+		allChild() // see together_test.go
+		return
+	}
 	var err error
 	if server, err = redistest.StartServer(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -65,7 +65,7 @@ local function cal_read(key)
   return w, e, f, c, p, true
 end
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local alg = argv[o + 1]
   local limit = tonumber(argv[o + 2])
   local edges = {}
@@ -105,7 +105,9 @@ local function decide(key, argv, o, now)
       allowed = 1
       if n > 0 then
         cur = cur + n
-        redis.call('HSET', key, 'w', int(start), 'e', int(finish), 'c', int(cur))
+        if not dry then
+          redis.call('HSET', key, 'w', int(start), 'e', int(finish), 'c', int(cur))
+        end
       end
     else
       retry = finish - now
@@ -123,7 +125,9 @@ local function decide(key, argv, o, now)
       allowed = 1
       if n > 0 then
         cur = cur + n
-        redis.call('HSET', key, 'w', int(start), 'e', int(finish), 'f', int(after), 'c', int(cur), 'p', int(prev))
+        if not dry then
+          redis.call('HSET', key, 'w', int(start), 'e', int(finish), 'f', int(after), 'c', int(cur), 'p', int(prev))
+        end
       end
     else
       local at = 0
@@ -151,7 +155,9 @@ local function decide(key, argv, o, now)
     remaining = fdiv(math.max(limit * steps - weighted - cur * steps, 0), steps)
   end
   if allowed == 1 and n > 0 then
-    expire(key, reset)
+    if not dry then
+      expire(key, reset)
+    end
   elseif found then
     if reset > 0 then
       expire(key, reset)

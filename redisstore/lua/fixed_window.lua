@@ -52,7 +52,7 @@ local function fw_write(key, w, c)
   redis.call('HSET', key, 'w', int(w), 'c', int(c))
 end
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local limit = tonumber(argv[o + 1])
   local period = tonumber(argv[o + 2])
   local n = tonumber(argv[o + 3])
@@ -72,7 +72,9 @@ local function decide(key, argv, o, now)
     allowed = 1
     if n > 0 then
       count = count + n
-      fw_write(key, window, count)
+      if not dry then
+        fw_write(key, window, count)
+      end
     end
   else
     retry = finish - now
@@ -81,7 +83,9 @@ local function decide(key, argv, o, now)
     reset = finish - now
   end
   if allowed == 1 and n > 0 then
-    expire(key, reset)
+    if not dry then
+      expire(key, reset)
+    end
   elseif found then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a

@@ -89,7 +89,7 @@ local function gcra_write(key, tat, frac, rate, reset)
   redis.call('SET', key, value, ttl(reset))
 end
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
   local burst = tonumber(argv[o + 3])
@@ -138,7 +138,9 @@ local function decide(key, argv, o, now)
     reset = ahead + 1
   end
   if allowed == 1 and n > 0 then
-    gcra_write(key, tat, frac, rate, reset)
+    if not dry then
+      gcra_write(key, tat, frac, rate, reset)
+    end
   elseif found then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a

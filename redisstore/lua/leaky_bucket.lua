@@ -109,7 +109,7 @@ local function lb_write(key, level, ts, same, utext, e)
 end
 
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
   local capacity = tonumber(argv[o + 3]) * unit
@@ -168,8 +168,10 @@ local function decide(key, argv, o, now)
     reset = lag + cdiv(level, rate)
   end
   if allowed == 1 and n > 0 then
-    lb_write(key, level, ts, same, argv[o + 2], now + reset)
-    expire(key, reset)
+    if not dry then
+      lb_write(key, level, ts, same, argv[o + 2], now + reset)
+      expire(key, reset)
+    end
   else
     -- A denial or a look that found the key keeps it until it is empty
     -- under this call's limit (its level stays as it was, its expiry

@@ -175,7 +175,11 @@ end
 -- Redis 7 function, the same with the function's keys and arguments):
 -- decide(key, argv, o, now) makes one decision on key with its arguments in
 -- argv[o + 1 .. o + nargs], the one at nowarg being the time, already read
--- by run, and returns its reply, now last.
+-- by run, and returns its reply, now last. (A fifth argument, dry, is
+-- true only in all.lua's first pass, which asks every limit of a set what
+-- it would decide before any spends: an admission then writes nothing,
+-- neither the state nor its expiry; a denial or a look writes what it
+-- always does.)
 --
 -- With one key (keys[1], argv[1 .. nargs]) the reply is that decision's,
 -- and an error stops the call as any script error does.

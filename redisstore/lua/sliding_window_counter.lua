@@ -60,7 +60,7 @@ local function swc_write(key, w, c, p)
   redis.call('HSET', key, 'w', int(w), 'c', int(c), 'p', int(p))
 end
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local limit = tonumber(argv[o + 1])
   local period = tonumber(argv[o + 2])
   local grain = tonumber(argv[o + 3])
@@ -86,7 +86,9 @@ local function decide(key, argv, o, now)
     allowed = 1
     if n > 0 then
       cur = cur + n
-      swc_write(key, window, cur, prev)
+      if not dry then
+        swc_write(key, window, cur, prev)
+      end
     end
   else
     local at = 0
@@ -113,7 +115,9 @@ local function decide(key, argv, o, now)
     reset = start + period - now
   end
   if allowed == 1 and n > 0 then
-    expire(key, reset)
+    if not dry then
+      expire(key, reset)
+    end
   elseif found then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a

@@ -132,7 +132,7 @@ local function swl_remove(key, t, n)
   return true
 end
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local limit = tonumber(argv[o + 1])
   local period = tonumber(argv[o + 2])
   local n = tonumber(argv[o + 3])
@@ -148,7 +148,9 @@ local function decide(key, argv, o, now)
     allowed = 1
   elseif count + n <= limit then
     allowed = 1
-    swl_write(key, at, newest, n, period)
+    if not dry then
+      swl_write(key, at, newest, n, period)
+    end
     count = count + n
     newest = at
   else
@@ -160,7 +162,9 @@ local function decide(key, argv, o, now)
     reset = newest + period - now
   end
   if allowed == 1 and n > 0 then
-    expire(key, reset)
+    if not dry then
+      expire(key, reset)
+    end
   elseif newest then
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its value stays byte for byte as it was): after a

@@ -127,7 +127,7 @@ local function tb_write(key, tokens, ts, same, utext, e)
 end
 
 
-local function decide(key, argv, o, now)
+local function decide(key, argv, o, now, dry)
   local rate = tonumber(argv[o + 1])
   local unit = tonumber(argv[o + 2])
   local capacity = tonumber(argv[o + 3]) * unit
@@ -153,8 +153,10 @@ local function decide(key, argv, o, now)
     retry = lag + cdiv(cost - tokens, rate)
   end
   if allowed == 1 and n > 0 then
-    tb_write(key, tokens, ts, same, argv[o + 2], now + reset)
-    expire(key, reset)
+    if not dry then
+      tb_write(key, tokens, ts, same, argv[o + 2], now + reset)
+      expire(key, reset)
+    end
   else
     -- A denial or a look that found the key keeps it until it is full under
     -- this call's limit (its tokens stay as they were, its expiry moves):
