@@ -234,6 +234,72 @@ func (q *Request) spend(p *Point, policy, key string, l tollgate.Limit, n int, r
 	return Step{Outcome: deny(p), Result: res}, at
 }
 
+// SpendAll spends n (at least 1) of every one of ls for key on behalf of
+// the rule at p, all or nothing, in one store call (tollgate.Combiner):
+// the request is admitted only if every limit admits it, and a denied one
+// spends none of them. It appends one Step per limit to dst: each limit's
+// own answer (an admission, a denial, or for a limit that would have
+// admitted a denied request, what it has left, unspent). policy names the
+// set in failure logs.
+//
+// A limit that can never admit n denies with tollgate.ErrCostExceedsBurst
+// without a store call; the others' Steps are then Allowed with only their
+// Limit set, nothing spent. When the store fails, or is no
+// tollgate.Combiner, every Step is the rule's failure mode.
+func (q *Request) SpendAll(p *Point, policy, key string, ls []tollgate.Limit, n int, dst []Step) []Step {
+	start := len(dst)
+	over := false
+	for _, l := range ls {
+		st := Step{Outcome: Allowed, Result: tollgate.Result{Limit: l}}
+		if c := l.Capacity(); c > 0 && n > c {
+			err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
+			st = Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: window(l)}, Err: err}
+			over = true
+		}
+		dst = append(dst, st)
+	}
+	if over {
+		return dst
+	}
+	failAll := func(st Step) []Step {
+		for i := range ls {
+			st.Result = tollgate.Result{Limit: ls[i]}
+			dst[start+i] = st
+		}
+		return dst
+	}
+	c, ok := q.e.store.(tollgate.Combiner)
+	ctx, fresh := q.context()
+	switch {
+	case !ok:
+		return failAll(q.fail(ctx, p, policy, ls[0], fmt.Errorf("%T cannot decide limits together", q.e.store), true))
+	case !fresh && expired(ctx):
+		if p.Skipped != nil {
+			p.Skipped.Inc()
+		}
+		return failAll(q.fail(ctx, p, policy, ls[0], context.DeadlineExceeded, false))
+	}
+	var t time.Time
+	if p.Latency != nil {
+		t = time.Now()
+	}
+	var buf [4]tollgate.Result
+	rs, err := c.AllowAll(ctx, key, ls, n, buf[:0])
+	if p.Latency != nil {
+		p.Latency.Observe(time.Since(t).Seconds())
+	}
+	if err != nil {
+		return failAll(q.fail(ctx, p, policy, ls[0], err, true))
+	}
+	for i, r := range rs {
+		dst[start+i] = Step{Outcome: Allowed, Result: r}
+		if !r.Allowed {
+			dst[start+i].Outcome = deny(p)
+		}
+	}
+	return dst
+}
+
 // Settle corrects what the reservation of reserved, made by Reserve on key
 // under l at the store's clock at, spent, by actual − reserved (see
 // tollgate.Settler), on behalf of the rule at p. It is a store call like
