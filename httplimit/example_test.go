@@ -44,7 +44,7 @@ func Example_perIPBehindProxy() {
 	// Output:
 	// 200 RateLimit: "burst";r=1;t=1, "daily";r=9999;t=9 Retry-After: ""
 	// 200 RateLimit: "burst";r=0;t=1, "daily";r=9998;t=18 Retry-After: ""
-	// 429 RateLimit: "burst";r=0;t=1 Retry-After: "1"
+	// 429 RateLimit: "burst";r=0;t=1, "daily";r=9998;t=18 Retry-After: "1"
 }
 
 // Per-API-key plans: the key's plan picks its limits; each key spends only

@@ -242,8 +242,9 @@ func TestTenantIsolation(t *testing.T) {
 	})
 }
 
-// Several policies: the tightest is reported, and a request denied by the
-// first does not spend the second.
+// Several policies: decided together, all or nothing. Every policy is
+// reported, the tightest in the single-value fields, and a request denied
+// by either spends neither.
 func TestSeveralPolicies(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b testkit.Store) {
@@ -265,9 +266,12 @@ func TestSeveralPolicies(t *testing.T) {
 		if want := []int{200, 200, 429, 429}; !reflect.DeepEqual(codes, want) {
 			t.Fatalf("statuses = %v, want %v", codes, want)
 		}
-		// The burst denied: hourly was not checked, so not reported.
-		if got := parseSF(t, last.Header(), "RateLimit"); len(got) != 1 || got[0].Name != "burst" {
-			t.Errorf("denied by burst: RateLimit = %+v, want only burst", got)
+		// The burst denied; hourly is reported as it stands, unspent.
+		if got := parseSF(t, last.Header(), "RateLimit"); len(got) != 2 || got[0].Name != "burst" || got[1].Name != "hourly" {
+			t.Errorf("denied by burst: RateLimit = %+v, want burst and hourly", got)
+		}
+		if got := remaining(t, last.Header(), "hourly"); got != 3 {
+			t.Errorf("denied by burst: hourly r = %d, want 3", got)
 		}
 		c.Advance(time.Second)
 		w := do(h, "GET", "/", "192.0.2.1:1", nil)
@@ -289,6 +293,12 @@ func TestSeveralPolicies(t *testing.T) {
 		w = do(h, "GET", "/", "192.0.2.1:1", nil)
 		if w.Code != 429 || !strings.Contains(w.Body.String(), `"violated-policies":["hourly"]`) {
 			t.Errorf("hourly exhausted: status %d, body %s", w.Code, w.Body)
+		}
+		// Denied by hourly, the burst spent nothing: still 2 of 2.
+		for range 2 {
+			if w = do(h, "GET", "/", "192.0.2.1:1", nil); w.Code != 429 || remaining(t, w.Header(), "burst") != 2 {
+				t.Errorf("hourly exhausted: status %d, burst r = %d; want 429 and 2 (unspent)", w.Code, remaining(t, w.Header(), "burst"))
+			}
 		}
 	})
 }

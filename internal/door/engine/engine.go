@@ -44,6 +44,7 @@ import (
 type Engine struct {
 	store     tollgate.Store
 	settler   tollgate.Settler // store, if it can settle; nil otherwise
+	combiner  bool             // store is a tollgate.Combiner
 	deadlines *Deadlines       // nil: no deadline of the engine's own
 	logger    *slog.Logger
 	now       func() time.Time
@@ -57,6 +58,7 @@ type Engine struct {
 func NewEngine(store tollgate.Store, timeout time.Duration, logger *slog.Logger, logEvery time.Duration, now func() time.Time) *Engine {
 	e := &Engine{store: store, logger: logger, now: now}
 	e.settler, _ = store.(tollgate.Settler)
+	_, e.combiner = store.(tollgate.Combiner)
 	e.failLog.Every = logEvery
 	if timeout > 0 {
 		e.deadlines = NewDeadlines(timeout)
@@ -175,6 +177,10 @@ func (q *Request) Reserve(p *Point, policy, key string, l tollgate.Limit, n int)
 // Settles reports whether the engine's store is a tollgate.Settler, so
 // that Reserve and Settle can be used.
 func (e *Engine) Settles() bool { return e.settler != nil }
+
+// Combines reports whether the engine's store is a tollgate.Combiner, so
+// that SpendAll can be used.
+func (e *Engine) Combines() bool { return e.combiner }
 
 // window is l's period, or a calendar window's nominal length.
 func window(l tollgate.Limit) time.Duration {

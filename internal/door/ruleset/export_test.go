@@ -39,6 +39,9 @@ type TestRule struct {
 // Rule prepares a rule on the engine.
 func (t *TestEngine) Rule(name string, mode enforce.FailureMode, dryRun bool) (TestRule, error) {
 	r, err := newRule(nil, name, mode, dryRun)
+	if err == nil {
+		r.together = t.e.Combines()
+	}
 	return TestRule{t.e, r, t.set.Now}, err
 }
 

@@ -37,9 +37,12 @@ type Verdict struct {
 type rule struct {
 	name   string
 	dryRun bool
-	m      ruleMetrics
-	point  engine.Point
-	shadow engine.Point // a rollout's shadow: never blocks
+	// together: the store decides a set of policies all or nothing
+	// (tollgate.Combiner), so a rule of several decides them so.
+	together bool
+	m        ruleMetrics
+	point    engine.Point
+	shadow   engine.Point // a rollout's shadow: never blocks
 }
 
 // rule prepares a rule; FailDefault fails open. The name must be 1 to 64 printable ASCII characters
@@ -118,15 +121,21 @@ func checkPolicies(policies []enforce.Policy) error {
 }
 
 // decide decides the request identified by key under policies, spending
-// cost (at least 1) on each policy that admits it, in order, and stopping at
-// the first that denies. It appends one headers.Decision per policy that
+// cost (at least 1). It appends one headers.Decision per policy that
 // answered to dst (marked DryRun for a dry-run rule) and returns it with the
 // verdict.
 //
-// When hold is not nil the rule settles: it reserves through the store's
-// ReserveN, and appends each admitted reservation to *hold, under the
-// rule's index idx.
+// Several policies are decided together, all or nothing, when the store
+// is a tollgate.Combiner and the rule does not settle (decideTogether).
+// Otherwise they spend in order, each that admits spending cost, up to the
+// first that denies; when hold is not nil the rule settles: it reserves
+// through the store's ReserveN, and appends each admitted reservation to
+// *hold, under the rule's index idx, for Decide to refund if the request
+// is turned away.
 func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, idx int, hold *[]held, now func() time.Time) (Verdict, []headers.Decision) {
+	if r.together && hold == nil && len(policies) > 1 {
+		return r.decideTogether(q, key, policies, cost, dst, now)
+	}
 	v := Verdict{Outcome: engine.Allowed, Rule: r.name}
 	first := len(dst)
 	var announce []headers.Decision // after the policies' own, in order
@@ -172,6 +181,99 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 	}
 	r.count(v.Outcome)
 	return v, dst
+}
+
+// decideTogether is decide for several policies at once: each limit (its
+// rollout's, for a key in the rolled arm) is decided by one store call
+// that admits the request only if every limit does, and spends nothing of
+// any when one denies. A penalty that runs denies first, with nothing
+// spent; each policy that denied counts towards its own penalty. Every
+// policy's answer is appended: an admission, a denial, or for a policy
+// that would have admitted a denied request, what it has left.
+func (r *rule) decideTogether(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, now func() time.Time) (Verdict, []headers.Decision) {
+	var (
+		lbuf     [8]tollgate.Limit
+		abuf     [8]rollout.Arm
+		sbuf     [8]engine.Step
+		announce []headers.Decision
+	)
+	limits, arms := lbuf[:0], abuf[:0]
+	for _, p := range policies {
+		limit, arm := p.Limit, rollout.Base
+		if ro := p.Rollout; ro != nil {
+			if arm = rollout.Of(ro, key, now()); arm == rollout.Rolled {
+				limit = ro.Limit
+			}
+			r.tryRollout(q, p, key, cost, arm, &announce)
+		}
+		limits, arms = append(limits, limit), append(arms, arm)
+	}
+	steps := sbuf[:0]
+	for i, p := range policies {
+		if p.Penalty == nil {
+			continue
+		}
+		if st, out := q.Penalized(&r.point, p.Name, key, limits[i], p.Penalty); out {
+			v := Verdict{Outcome: st.Outcome, Rule: r.name, Policy: p.Name, Result: st.Result, Err: st.Err}
+			if st.Outcome != engine.FailedOpen && st.Outcome != engine.FailedClosed {
+				dst = append(dst, headers.Decision{Policy: p.Name, Result: st.Result, DryRun: r.dryRun})
+			}
+			r.countArms(policies, arms, st.Outcome)
+			r.count(v.Outcome)
+			return v, append(dst, announce...)
+		}
+	}
+	steps = q.SpendAll(&r.point, policies[0].Name, key, limits, cost, steps)
+	v := Verdict{Outcome: engine.Allowed, Rule: r.name}
+	for i, st := range steps {
+		switch {
+		case st.Outcome == engine.FailedOpen || st.Outcome == engine.FailedClosed:
+			v = Verdict{Outcome: st.Outcome, Rule: r.name, Err: st.Err}
+		case st.Err != nil: // a cost above what the policy can ever admit
+			v = Verdict{Outcome: st.Outcome, Rule: r.name, Policy: policies[i].Name, Result: st.Result, Err: st.Err}
+		default:
+			continue
+		}
+		r.countArms(policies, arms, st.Outcome)
+		r.count(v.Outcome)
+		return v, dst
+	}
+	first := len(dst)
+	for i, st := range steps {
+		p := policies[i]
+		if st.Outcome != engine.Allowed {
+			v.Outcome = st.Outcome
+			if p.Penalty != nil {
+				if started, wait := q.Trip(&r.point, p.Name, key, p.Penalty); started {
+					st.Result.RetryAfter = max(st.Result.RetryAfter, wait)
+					if r.m.penalties != nil {
+						r.m.penalties.WithLabelValues(r.name, p.Name).Inc()
+					}
+				}
+			}
+		}
+		v.Delay = max(v.Delay, st.Result.Delay)
+		dst = append(dst, headers.Decision{Policy: p.Name, Result: st.Result, DryRun: r.dryRun})
+	}
+	if b := first + bindingAmong(dst[first:]); b >= first {
+		v.Policy, v.Result = dst[b].Policy, dst[b].Result
+	}
+	if v.Outcome != engine.Allowed {
+		v.Delay = 0
+	}
+	r.countArms(policies, arms, v.Outcome)
+	r.count(v.Outcome)
+	return v, append(dst, announce...)
+}
+
+// countArms counts the set's outcome o under the arm of each policy that
+// has a rollout.
+func (r *rule) countArms(policies []enforce.Policy, arms []rollout.Arm, o engine.Outcome) {
+	for i, p := range policies {
+		if p.Rollout != nil {
+			r.countArm(p.Name, arms[i], o)
+		}
+	}
 }
 
 // spend spends cost of policy p, whose limit for key is limit, or reserves

@@ -107,6 +107,7 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pkg, err)
 		}
+		p.r.together = rs.engine.Combines()
 		if s.Settles && !rs.engine.Settles() {
 			return nil, fmt.Errorf("%s: rule %q settles its cost after the response, but %T cannot settle reservations (memorystore and redisstore can)", pkg, s.Name, store)
 		}
