@@ -43,10 +43,18 @@ func main() {
 	os.Exit(code)
 }
 
-// plans maps API keys to their plan's limits: your accounts database.
+// plans maps API keys to their plan's limits (your accounts database):
+// a rate and a daily quota each, decided together, so a request the rate
+// turns away does not spend the quota.
 var plans = map[string][]enforce.Policy{
-	"free-key": {{Name: "free", Limit: tollgate.PerMinute(5)}},
-	"pro-key":  {{Name: "pro", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 600, Period: time.Minute}}},
+	"free-key": {
+		{Name: "free-minute", Limit: tollgate.PerMinute(5)},
+		{Name: "free-day", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100, Period: 24 * time.Hour}},
+	},
+	"pro-key": {
+		{Name: "pro-minute", Limit: tollgate.Limit{Algorithm: tollgate.SlidingWindowCounter, Rate: 600, Period: time.Minute}},
+		{Name: "pro-day", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100_000, Period: 24 * time.Hour}},
+	},
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) int {
