@@ -281,7 +281,7 @@ func runAsEnvoyGateway(t *testing.T, root string) {
 		// (CONFIG_TYPE=GRPC_XDS_SOTW, CONFIG_GRPC_XDS_*,
 		// FORCE_START_WITHOUT_INITIAL_CONFIG=true). Those need a statsd
 		// server and a management server, and cmd/tollgate's tests run
-		// them with the binary (TestStatsd*, TestServeEnvoyGatewayXDS);
+		// them with the binary (TestStatsd*, TestEnvoyGateway);
 		// this one is about the image, so its rules come from RUNTIME_ROOT
 		// and statsd, on by default as in envoy, is turned off.
 		"USE_STATSD=false",
