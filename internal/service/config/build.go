@@ -182,7 +182,7 @@ type level struct {
 	valueToMetric bool
 }
 
-var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+var descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
 	"detailed_metric", "value_to_metric", "share_threshold", "metadata", "concurrency"}
 
 func (b *builder) descriptors(parent *node, seq *yaml.Node, domain, id string, path []level) {
@@ -242,7 +242,9 @@ type descriptor struct {
 	key, value                                         string
 	keyNode, valueNode, rateLimit, children, shareNode *yaml.Node
 	concurrency, metadata                              *yaml.Node
-	dryRun, quota, detailed, toMetric, shareThreshold  bool
+	// rateLimits is the rate_limits list, setKey its key.
+	rateLimits, setKey                                *yaml.Node
+	dryRun, quota, detailed, toMetric, shareThreshold bool
 }
 
 // descriptor reads the descriptor d. It reports false, having reported
@@ -264,6 +266,8 @@ func (b *builder) descriptor(d *yaml.Node) (descriptor, bool) {
 			e.valueNode = v
 		case "rate_limit":
 			e.rateLimit = v
+		case "rate_limits":
+			e.setKey, e.rateLimits = kn, v
 		case "concurrency":
 			e.concurrency = v
 		case "descriptors":
@@ -338,8 +342,14 @@ func (b *builder) addDescriptor(parent *node, e *descriptor, domain, id string, 
 	switch {
 	case e.rateLimit != nil && e.concurrency != nil:
 		b.errorf(e.concurrency, "a descriptor takes a rate_limit or a concurrency limit, not both (%s)", id)
+	case e.rateLimits != nil && e.rateLimit != nil:
+		b.errorf(e.setKey, "a descriptor takes rate_limit or rate_limits, not both (%s): put every limit in rate_limits", id)
+	case e.rateLimits != nil && e.concurrency != nil:
+		b.errorf(e.setKey, "a descriptor takes rate_limits or a concurrency limit, not both (%s)", id)
 	case e.concurrency != nil:
 		n.rule = b.concurrency(e.concurrency, domain, id, path)
+	case e.rateLimits != nil:
+		n.rule = b.rateLimits(e.rateLimits, domain, id, path)
 	case e.rateLimit != nil:
 		n.rule = b.rateLimit(e.rateLimit, domain, id, path)
 	}

@@ -75,6 +75,30 @@
 // is the service's (see internal/service). Rules.Dump shows it as
 // "domain.tenant: concurrency max_in_flight=5 lease=5m0s, ...".
 //
+// # Several limits on one descriptor
+//
+// A descriptor may carry rate_limits, a list of 2 to MaxSetLimits
+// rate_limit mappings, instead of rate_limit (tollgate's own key): a plan
+// such as 2 a second and 100 a day, which a request spends together, all
+// or nothing.
+//
+//	descriptors:
+//	- key: plan
+//	  value: free
+//	  rate_limits:
+//	  - {unit: second, requests_per_unit: 2}
+//	  - {unit: day, requests_per_unit: 100}
+//
+// Lookup returns one rule for the descriptor, its limits in Rule.Set.
+// Each limit keeps unit, requests_per_unit, algorithm, burst, calendar and
+// name; cost and failure_mode are the set's and must agree; one limit may
+// carry the set's penalty; unlimited, requests_per_unit 0, rollout and
+// replaces are refused, and so are two limits that would count into one
+// state (the same algorithm and unit). set.go says why. Each limit is
+// named for statistics after the descriptor's path and its name or unit
+// ("api.plan_free.second", "api.plan_free.day"), and Rules.Dump shows a
+// line for each.
+//
 // Anything else is an error naming the file, the line and the column, and
 // so is every invalid value; Load returns every error of a file at once.
 // WithWarnings reports, at their lines and columns too, the rules that load

@@ -27,6 +27,14 @@ import (
 //
 //	domain.tenant: concurrency max_in_flight=5 lease=5m0s, shadow_mode: false, quota_mode: false
 //
+// A descriptor with several limits (rate_limits) has a line per limit, in
+// the list's order, each under the limit's statistics name
+// (SetLimit.ID) and ending with the descriptor's, which the limits of the
+// set share:
+//
+//	api.plan_free.second: unit=SECOND requests_per_unit=2, shadow_mode: false, quota_mode: false, set: api.plan_free
+//	api.plan_free.day: unit=DAY requests_per_unit=100, shadow_mode: false, quota_mode: false, set: api.plan_free
+//
 // A nil Rules writes nothing.
 func (r *Rules) Dump(w io.Writer) error {
 	if r == nil {
@@ -63,7 +71,15 @@ func dumpNode(w *bufio.Writer, n *node) {
 	})
 	var buf []byte
 	for _, c := range children {
-		if r := c.n.rule; r != nil {
+		r := c.n.rule
+		switch {
+		case r == nil:
+		case r.Set != nil:
+			for i := range r.Set {
+				buf = appendSetLine(buf[:0], r, &r.Set[i])
+				w.Write(buf)
+			}
+		default:
 			buf = appendDumpLine(buf[:0], r)
 			w.Write(buf)
 		}
@@ -82,14 +98,32 @@ func appendDumpLine(b []byte, r *Rule) []byte {
 		b = append(b, " lease="...)
 		b = append(b, c.Lease.String()...)
 	} else {
-		b = append(b, ": unit="...)
-		b = append(b, strings.ToUpper(r.Unit.String())...)
-		b = append(b, " requests_per_unit="...)
-		b = strconv.AppendUint(b, uint64(r.RequestsPerUnit), 10)
+		b = appendUnit(b, r.Unit, r.RequestsPerUnit)
 	}
+	b = appendModes(b, r)
+	return append(b, '\n')
+}
+
+// appendSetLine appends the line of l, a limit of r's set.
+func appendSetLine(b []byte, r *Rule, l *SetLimit) []byte {
+	b = append(b, l.ID...)
+	b = appendUnit(b, l.Unit, l.RequestsPerUnit)
+	b = appendModes(b, r)
+	b = append(b, ", set: "...)
+	b = append(b, r.ID...)
+	return append(b, '\n')
+}
+
+func appendUnit(b []byte, u Unit, requestsPerUnit uint32) []byte {
+	b = append(b, ": unit="...)
+	b = append(b, strings.ToUpper(u.String())...)
+	b = append(b, " requests_per_unit="...)
+	return strconv.AppendUint(b, uint64(requestsPerUnit), 10)
+}
+
+func appendModes(b []byte, r *Rule) []byte {
 	b = append(b, ", shadow_mode: "...)
 	b = strconv.AppendBool(b, r.DryRun)
 	b = append(b, ", quota_mode: "...)
-	b = strconv.AppendBool(b, r.QuotaMode)
-	return append(b, '\n')
+	return strconv.AppendBool(b, r.QuotaMode)
 }

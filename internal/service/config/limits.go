@@ -45,7 +45,8 @@ type Limits struct {
 	// of a domain is at depth 1. Default 16.
 	MaxDepth int
 	// MaxDescriptors is the most descriptors all the files together may
-	// define (every rule is on one). Default 100,000.
+	// define (every rule is on one); a descriptor with rate_limits counts
+	// once for each of its limits. Default 100,000.
 	MaxDescriptors int
 	// MaxValueLen is the longest domain, key, value or name, in bytes.
 	// Default 1024.

@@ -19,7 +19,34 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 	}
 	nerr := len(b.errs)
 	r := &Rule{Domain: domain, ID: id, File: b.name, Cost: 1, FailureMode: b.failMode, depth: len(path)}
+	f := b.readLimit(m, r, false)
+	if f.rolloutNode != nil {
+		if r.Unlimited || r.RequestsPerUnit == 0 {
+			b.errorf(f.rolloutNode, "a rollout changes a limit: an unlimited rule, or one of requests_per_unit 0, has none")
+		} else if len(b.errs) == nerr {
+			b.rollout(f.rolloutNode, r, &f)
+		}
+	}
+	if len(b.errs) == nerr && b.warn != nil {
+		b.rateWarnings(r, &f, path)
+	}
+	b.finishRule(r, path)
+	if len(b.errs) > nerr {
+		return nil
+	}
+	return r
+}
+
+// readLimit reads the rate_limit mapping m into r and checks it, all but
+// its rollout, which it leaves to its caller. In a set (a limit of
+// rate_limits) it refuses what a limit of a set cannot be: unlimited, of
+// requests_per_unit 0, with a rollout or a replaces.
+func (b *builder) readLimit(m *yaml.Node, r *Rule, inSet bool) rateLimitFields {
+	nerr := len(b.errs)
 	f := b.rateLimitFields(m, r)
+	if inSet && !b.fitsSet(r, &f) {
+		return f
+	}
 	if f.replNode != nil {
 		r.Replaces = b.replaces(f.replNode, r.Name)
 	}
@@ -42,21 +69,7 @@ func (b *builder) rateLimit(m *yaml.Node, domain, id string, path []level) *Rule
 			r.Penalty = b.penalty(f.penaltyNode)
 		}
 	}
-	if f.rolloutNode != nil {
-		if r.Unlimited || r.RequestsPerUnit == 0 {
-			b.errorf(f.rolloutNode, "a rollout changes a limit: an unlimited rule, or one of requests_per_unit 0, has none")
-		} else if len(b.errs) == nerr {
-			b.rollout(f.rolloutNode, r, &f)
-		}
-	}
-	if len(b.errs) == nerr && b.warn != nil {
-		b.rateWarnings(r, &f, path)
-	}
-	b.finishRule(r, path)
-	if len(b.errs) > nerr {
-		return nil
-	}
-	return r
+	return f
 }
 
 // rateLimitFields is what a rate_limit mapping says beyond the fields of
@@ -68,6 +81,9 @@ type rateLimitFields struct {
 	// calNode is the calendar key's, zone its value.
 	calNode *yaml.Node
 	zone    string
+	// The keys of what a set refuses or shares (rateLimits), for its
+	// messages.
+	unlimitedKey, failKey, replKey, rolloutKey, penaltyKey, nameKey *yaml.Node
 }
 
 // rateLimitFields reads the rate_limit mapping m into r and the fields
@@ -90,11 +106,13 @@ func (b *builder) rateLimitFields(m *yaml.Node, r *Rule) rateLimitFields {
 				r.RequestsPerUnit = uint32(x)
 			}
 		case "unlimited":
+			f.unlimitedKey = kn
 			r.Unlimited = b.boolean(v)
 		case "name":
+			f.nameKey = kn
 			r.Name, _ = b.str(v)
 		case "replaces":
-			f.replNode = v
+			f.replKey, f.replNode = kn, v
 		case "algorithm":
 			f.algNode = kn
 			if a, ok := b.algorithm(v); ok {
@@ -106,11 +124,12 @@ func (b *builder) rateLimitFields(m *yaml.Node, r *Rule) rateLimitFields {
 				f.burst = x
 			}
 		case "failure_mode":
+			f.failKey = kn
 			r.FailureMode = b.failureMode(v)
 		case "rollout":
-			f.rolloutNode = v
+			f.rolloutKey, f.rolloutNode = kn, v
 		case "penalty":
-			f.penaltyNode = v
+			f.penaltyKey, f.penaltyNode = kn, v
 		case "cost":
 			f.costNode = v
 			if x, ok := b.atLeastOne(v, "cost"); ok {

@@ -126,6 +126,16 @@ type Rule struct {
 	// most Concurrency.Max requests of a counter in flight at once,
 	// instead of a rate. Unit, RequestsPerUnit and Limit are then zero.
 	Concurrency *Concurrency
+	// Set, when not nil, makes the rule a plan of several limits
+	// (rate_limits in the rules file): 2 to MaxSetLimits of them, in file
+	// order, that a request spends together, all or nothing, from the
+	// descriptor's one counter key. Unit, RequestsPerUnit and Limit are
+	// then zero, and Rollout nil; Cost and FailureMode are the set's, and
+	// Penalty, when not nil, trips on the denials of Set[PenaltyLimit].
+	Set []SetLimit
+	// PenaltyLimit is the index in Set of the limit whose denials count
+	// towards Penalty; 0 for a rule of one limit.
+	PenaltyLimit int
 	// FailureMode decides when the store fails.
 	FailureMode FailureMode
 	// DryRun rules (shadow_mode in the rules file) decide and count but
@@ -165,6 +175,62 @@ type Rule struct {
 	override bool
 	// rolledPerUnit is the rollout's requests_per_unit, for Rolled.
 	rolledPerUnit uint32
+	// setLimits are the Limits of Set, in its order (SetLimits).
+	setLimits []tollgate.Limit
+}
+
+// MaxSetLimits is the most limits one descriptor's rate_limits may hold:
+// the most a store decides together (tollgate.Combiner).
+const MaxSetLimits = 16
+
+// SetLimit is one limit of a rule with several (Rule.Set): one mapping of
+// a descriptor's rate_limits list.
+type SetLimit struct {
+	// ID names the limit's statistics and, unless it has a Name, its
+	// RateLimit-Policy item: the rule's ID, '.', and Step, such as
+	// "api.plan_free.second". envoyproxy/ratelimit names a limit's
+	// statistics after the path to it (config_impl.go's FullKey); a set
+	// adds one more step to that path, so that each limit keeps its own
+	// total_hits, over_limit and near_limit, as it would on a descriptor
+	// of its own.
+	ID string
+	// Step is the limit's part of ID: its name when it has one, else its
+	// unit ("second", "day").
+	Step string
+	// Name is the limit's name, "" when it has none: it names its
+	// RateLimit-Policy item and current_limit, and another rule's
+	// replaces that names it drops the whole set.
+	Name string
+	// Unit and RequestsPerUnit are the limit as written (RequestsPerUnit
+	// at least 1).
+	Unit            Unit
+	RequestsPerUnit uint32
+	// Limit is what the store decides with.
+	Limit tollgate.Limit
+	// Line and Column locate the limit's mapping.
+	Line, Column int
+}
+
+// SetLimits returns the Limits of r.Set in its order, nil for a rule of
+// one limit. The slice is shared by every caller: read it, never change
+// it.
+func (r *Rule) SetLimits() []tollgate.Limit { return r.setLimits }
+
+// Named reports whether name is r's name or the name of one of its
+// limits: whether a replaces naming it drops r.
+func (r *Rule) Named(name string) bool {
+	if name == "" {
+		return false
+	}
+	if r.Name == name {
+		return true
+	}
+	for i := range r.Set {
+		if r.Set[i].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // OverrideRule returns the rule of a descriptor that carries its own limit
@@ -263,7 +329,9 @@ func appendStep(b []byte, key, value string, always bool) []byte {
 
 // DenyAll reports whether the rule denies every request that spends
 // something (requests_per_unit: 0).
-func (r *Rule) DenyAll() bool { return !r.Unlimited && r.Concurrency == nil && r.RequestsPerUnit == 0 }
+func (r *Rule) DenyAll() bool {
+	return !r.Unlimited && r.Concurrency == nil && r.Set == nil && r.RequestsPerUnit == 0
+}
 
 // Concurrency is a concurrency rule's limit, as a file's concurrency
 // mapping writes it:
