@@ -30,7 +30,8 @@ import (
 // entry is key=value (the first '=' ends the key), repeated in the
 // descriptor's order. A look spends nothing (a cost-0 call); a reset
 // deletes the counter and, for a rule with a penalty or a rollout, the
-// penalty's, its denials' and the shadow's states.
+// penalty's, its denials' and the shadow's states. A rule of several
+// limits shows, and resets, each of them ("limits").
 //
 // Every call needs "Authorization: Bearer TOKEN" with one of the tokens
 // given to AdminHandler, each under a name: the name, never the token, is
@@ -59,8 +60,20 @@ type adminCounter struct {
 	Remaining *int64   `json:"remaining,omitempty"`
 	ResetIn   *float64 `json:"reset_in_seconds,omitempty"`
 	Penalty   *float64 `json:"penalty_ends_in_seconds,omitempty"`
-	Reset     bool     `json:"reset,omitempty"`
-	Note      string   `json:"note,omitempty"`
+	// Limits are the limits of a rule of several (rate_limits), in its
+	// order, each where it stands, instead of Limit, Remaining and
+	// ResetIn.
+	Limits []adminLimit `json:"limits,omitempty"`
+	Reset  bool         `json:"reset,omitempty"`
+	Note   string       `json:"note,omitempty"`
+}
+
+// adminLimit is one limit of a set in a look or a reset.
+type adminLimit struct {
+	Name      string   `json:"name"` // its statistics name (config.SetLimit.ID)
+	Limit     string   `json:"limit"`
+	Remaining *int64   `json:"remaining,omitempty"`
+	ResetIn   *float64 `json:"reset_in_seconds,omitempty"`
 }
 
 // AdminHandler returns the admin API, authenticated by tokens (at least
@@ -171,6 +184,9 @@ func (s *Server) adminCounter(ctx context.Context, who, domain string, entries [
 		return out, http.StatusOK
 	}
 	key := counterKey(domain, entries, r)
+	if r.Set != nil {
+		return s.adminSet(ctx, who, r, key, reset, &out)
+	}
 	limit := r.Limit
 	if ro := r.Rollout; ro != nil {
 		arm := rollout.Of(ro, key, s.now())
@@ -204,10 +220,50 @@ func (s *Server) adminCounter(ctx context.Context, who, domain string, entries [
 	return out, http.StatusOK
 }
 
-// adminReset deletes the counter of rule r at key, and the states beside
-// it, and logs who did.
+// adminSet looks at (or resets) the counter of r, a rule of several
+// limits, at key: each limit's state, and the penalty's.
+func (s *Server) adminSet(ctx context.Context, who string, r *config.Rule, key string, reset bool, out *adminCounter) (adminCounter, int) {
+	for i := range r.Set {
+		out.Limits = append(out.Limits, adminLimit{Name: r.Set[i].ID, Limit: r.Set[i].Limit.String()})
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if reset {
+		return s.adminReset(ctx, who, r, key, out)
+	}
+	for i, l := range r.SetLimits() {
+		res, err := s.store.AllowN(ctx, key, l, 0)
+		if err != nil {
+			out.Note = "the store failed: " + err.Error()
+			return *out, http.StatusServiceUnavailable
+		}
+		rem, in := int64(res.Remaining), res.ResetAfter.Seconds()
+		out.Limits[i].Remaining, out.Limits[i].ResetIn = &rem, &in
+	}
+	if r.Penalty != nil {
+		q := s.engine.Begin(ctx)
+		defer q.End()
+		p := engine.Point{Rule: r.ID}
+		if st, on := q.Penalized(&p, "", key, r.SetLimits()[r.PenaltyLimit], r.Penalty); on && st.Err == nil {
+			ends := st.Result.RetryAfter.Seconds()
+			out.Penalty = &ends
+		}
+	}
+	return *out, http.StatusOK
+}
+
+// adminReset deletes the counter of rule r at key (under every limit of a
+// set), and the states beside it, and logs who did.
 func (s *Server) adminReset(ctx context.Context, who string, r *config.Rule, key string, out *adminCounter) (adminCounter, int) {
-	err := s.store.Reset(ctx, key, r.Limit)
+	var err error
+	if r.Set == nil {
+		err = s.store.Reset(ctx, key, r.Limit)
+	}
+	for _, l := range r.SetLimits() {
+		if err == nil {
+			err = s.store.Reset(ctx, key, l)
+		}
+	}
 	if err == nil && r.Rolled != nil {
 		err = s.store.Reset(ctx, key, r.Rolled.Limit)
 		if err == nil {

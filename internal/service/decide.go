@@ -113,6 +113,11 @@ type answered struct {
 	// A descriptor without a rule, or of a replaced rule, is none of
 	// these; one of an unlimited rule is only counted (o Unlimited).
 	decided bool
+	// set is each limit's step, for a rule of several limits (set.go),
+	// and at the index of the limit that decided, whose result res is;
+	// nil for any other rule.
+	set []engine.Step
+	at  int
 }
 
 // fit returns stack[:n] when stack holds n, else n new: a request of a few
@@ -240,7 +245,8 @@ func (s *Server) match(via api, req *pb.RateLimitRequest, marks []mark, items []
 
 // dropReplaced drops the rules named in the replaces of any rule of the
 // request, whether that rule is itself dropped or not, as in
-// envoyproxy/ratelimit. Most rules replace none, and then it only looks.
+// envoyproxy/ratelimit; a name of one limit of a set drops the whole set.
+// Most rules replace none, and then it only looks.
 func dropReplaced(items []item) {
 	for j := range items {
 		rj := items[j].rule
@@ -248,7 +254,7 @@ func dropReplaced(items []item) {
 			continue
 		}
 		for i := range items {
-			if ri := items[i].rule; ri != nil && ri.Name != "" && slices.Contains(rj.Replaces, ri.Name) {
+			if ri := items[i].rule; ri != nil && slices.ContainsFunc(rj.Replaces, ri.Named) {
 				items[i].dropped = true
 			}
 		}
@@ -340,8 +346,9 @@ func (s *Server) answerTogether(ctx context.Context, req *pb.RateLimitRequest, i
 // until then. A descriptor that no limit decides — no rule, a replaced
 // rule, an unlimited rule — is answered OK without a store call. The
 // others are decided by their rule's kind: a concurrency rule takes or
-// gives back a slot, a rule of 0 requests per unit denies, a stream-done
-// call charges its hits, any other call spends them. A dry-run rule's
+// gives back a slot, a rule of 0 requests per unit denies, a rule of
+// several limits decides them together (spendSet), a stream-done call
+// charges its hits, any other call spends them. A dry-run rule's
 // denial is answered OK. The answer is written in place rather than
 // returned: answer is on the way to the store, and a returned copy would
 // take room in two frames there.
@@ -362,7 +369,7 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 		r = it.rule
 	}
 	if it.state != nil {
-		st.CurrentLimit = it.state.limit
+		st.CurrentLimit = it.state.limit // a set's: that of the limit that decides (spendSet)
 	} else {
 		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
 	}
@@ -373,6 +380,8 @@ func (s *Server) answer(q *engine.Request, req *pb.RateLimitRequest, d *rlv3.Rat
 		a.o, a.res = s.concurrent(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	case r.DenyAll():
 		a.o, a.res = s.denyAll(r, hits, st, reset)
+	case r.Set != nil:
+		a.o, a.res, a.set, a.at = s.spendSet(q, req.Domain, d.GetEntries(), it, hits, it.phase == phaseStreamDone, st, reset)
 	case it.phase == phaseStreamDone:
 		a.o, a.res = s.charge(q, req.Domain, d.GetEntries(), it, hits, st, reset)
 	default:
@@ -411,8 +420,12 @@ func (s *Server) count(req *pb.RateLimitRequest, items []item, answers []answere
 		if it.rollout {
 			s.countArm(it.rule, it.arm, a.o)
 		}
-		if a.decided { // envoy's statistics leave unlimited rules out
-			s.countEnvoy(it, name, s.envoyHits(it.rule, a.o, cost(hitsOf(req, d), it.rule.Cost), a.res))
+		switch n := cost(hitsOf(req, d), it.rule.Cost); {
+		case !a.decided: // envoy's statistics leave unlimited rules out
+		case a.set != nil:
+			s.countSet(it, d.GetEntries(), name, a, n)
+		default:
+			s.countEnvoy(it, name, s.envoyHits(ruleCapacity(it.rule), a.o, n, a.res))
 		}
 	}
 }
@@ -469,7 +482,9 @@ func (s *Server) overall(via api, items []item, answers []answered) pb.RateLimit
 }
 
 // headerFields writes the rate-limit header fields of the answer in p, one
-// policy per descriptor a rate decided, named after its rule: into its
+// policy per descriptor a rate decided, named after its rule (and one per
+// limit of a set, named after the limit, of which RateLimit carries the
+// one that decided: set.go): into its
 // response_headers_to_add when inResponse, else into the header it
 // returns (nil when there are none). A concurrency rule's slots are not a
 // rate, and neither is a charge or a failure mode's answer; but a request
@@ -481,11 +496,21 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 	}
 	var stack [4]headers.Decision
 	hds := stack[:0]
+	var rl []headers.Decision // RateLimit's, when a set's limits are among hds
 	var failWait time.Duration
 	for i := range items {
 		a := &answers[i]
 		if a.o == engine.FailedClosed && p.resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
 			failWait = s.failRetry
+		}
+		if a.decided && a.set != nil && rated(a.o) {
+			if rl == nil {
+				rl = append(make([]headers.Decision, 0, len(hds)+1), hds...)
+			}
+			var at int
+			hds, at = s.setDecisions(hds, items[i].rule, a)
+			rl = append(rl, hds[at])
+			continue
 		}
 		if a.decided && items[i].rule.Concurrency == nil && rated(a.o) {
 			hd := headerDecision(items[i].rule, a.o, a.res)
@@ -495,14 +520,17 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 				hd.Result.Remaining = 0
 			}
 			hds = append(hds, hd)
+			if rl != nil {
+				rl = append(rl, hd)
+			}
 			if items[i].rollout && items[i].arm == rollout.Announced {
 				hds = append(hds, announcement(items[i].rule))
 			}
 		}
 	}
 	if inResponse {
-		s.addHeaders(p, hds, failWait, p.resp.OverallCode)
+		s.addHeaders(p, hds, rl, failWait, p.resp.OverallCode)
 		return nil
 	}
-	return s.httpHeader(hds, failWait, p.resp.OverallCode)
+	return s.httpHeader(hds, rl, failWait, p.resp.OverallCode)
 }

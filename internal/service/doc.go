@@ -31,6 +31,11 @@
 // without touching the store; a rule of requests_per_unit 0 answers
 // OVER_LIMIT without touching it either.
 //
+// A rule of several limits (rate_limits in the rules file) spends the
+// hits under all of them or none, in one store call (set.go): the store
+// must be a tollgate.Combiner. The descriptor's status reports the limit
+// that decided; RateLimit-Policy lists every limit.
+//
 // The counter of a descriptor is keyed by the domain and the request's
 // entries (keys and values, escaped so that no two descriptors share one;
 // a share_threshold wildcard contributes its pattern instead of the value),

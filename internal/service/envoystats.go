@@ -128,16 +128,16 @@ func (s *Server) statsFor(it *item, name string) *ruleStats {
 // decided or not (the limit's capacity less what the result says
 // remains); hits past the limit are over_limit, hits between the
 // near-limit threshold and the limit near_limit.
-func (s *Server) envoyHits(r *config.Rule, o engine.Outcome, n int, res tollgate.Result) (h [numEnvoyStats]uint64) {
+//
+// capacity is the most the limit holds (0 for a rule of requests_per_unit
+// 0): ruleCapacity.
+func (s *Server) envoyHits(capacity int, o engine.Outcome, n int, res tollgate.Result) (h [numEnvoyStats]uint64) {
 	hits := uint64(max(n, 0))
 	h[statTotalHits] = hits
 	if !rated(o) {
 		return h // failure modes: the store did not say where the counter stands
 	}
-	limit := uint64(max(r.Limit.Capacity(), 0))
-	if r.DenyAll() {
-		limit = 0
-	}
+	limit := uint64(max(capacity, 0))
 	near := uint64(math.Floor(float64(float32(limit) * float32(s.envoy.nearLimitRatio))))
 	left := min(uint64(max(res.Remaining, 0)), limit)
 	var before, after uint64
@@ -165,6 +165,15 @@ func (s *Server) envoyHits(r *config.Rule, o engine.Outcome, n int, res tollgate
 		h[statDryRun] = over
 	}
 	return h
+}
+
+// ruleCapacity is the capacity envoyHits counts a rule of one limit
+// against: its limit's, or 0 for a rule of requests_per_unit 0.
+func ruleCapacity(r *config.Rule) int {
+	if r.DenyAll() {
+		return 0
+	}
+	return r.Limit.Capacity()
 }
 
 // add adds hits h to the counters.

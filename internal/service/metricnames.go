@@ -82,9 +82,17 @@ func (n *metricNames) of(r *config.Rule, entries []*rlv3.RateLimitDescriptor_Ent
 	if id == r.ID {
 		return id // the rule's own: bounded by the rules
 	}
+	return n.bounded(r.Domain, id)
+}
+
+// bounded returns id, a statistics name of domain that depends on the
+// request, or domain's overflow name past the bounds. A limit of a set
+// (config.SetLimit) has a name of its own beside its rule's, and each
+// counts towards the bounds.
+func (n *metricNames) bounded(domain, id string) string {
 	if len(id) > n.maxBytes {
 		n.folded[foldedTooLong].Inc()
-		return overflowName(r.Domain)
+		return overflowName(domain)
 	}
 	n.mu.RLock()
 	_, ok := n.names[id]
@@ -99,7 +107,7 @@ func (n *metricNames) of(r *config.Rule, entries []*rlv3.RateLimitDescriptor_Ent
 	}
 	if len(n.names) >= n.maxNames {
 		n.folded[foldedTooMany].Inc()
-		return overflowName(r.Domain)
+		return overflowName(domain)
 	}
 	n.names[id] = struct{}{}
 	return id

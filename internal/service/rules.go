@@ -27,6 +27,7 @@ type ruleState struct {
 	envoy  envoyCounters                   // envoy's statistics of the rule
 	limit  *pb.RateLimitResponse_RateLimit // shared by every response: read-only
 	rolled *ruleState                      // of rule.Rolled, for a rule with a rollout
+	set    []setState                      // of rule.Set's limits, for a rule of several (set.go)
 	// counters are made on first use, so that /metrics shows only the
 	// outcomes a rule has had.
 	counters [numOutcomes]atomic.Pointer[prometheus.Counter]
@@ -60,6 +61,8 @@ func (s *Server) SetRules(rules *config.Rules) {
 		st.rule = r
 		st.point = s.point(r)
 		switch {
+		case r.Set != nil:
+			st.set = newSetState(r)
 		case r.Concurrency != nil:
 			// No unit: requests_per_unit is how many may be in flight.
 			st.limit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: uint32(r.Concurrency.Max)}
