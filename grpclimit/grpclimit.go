@@ -262,7 +262,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := l.rules.Start()
 		md, s, served, err := l.check(ctx, info.FullMethod)
-		defer l.rules.Served(start, served)
+		defer l.rules.Served(start, served, s)
 		if md.Len() > 0 {
 			_ = grpc.SetHeader(ctx, md) // fails only if headers were sent: they were not
 		}
@@ -306,20 +306,21 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 // check decides a call and returns the rate-limit header metadata, how the
 // call leaves the interceptor and, when it must not proceed, its status
-// error. When rules settle, s holds the call's reservations.
+// error. When rules settle, s holds the call's reservations; when Served
+// times calls by arm, the arms.
 func (l *Limiter) check(ctx context.Context, method string) (md metadata.MD, s *ruleset.Scratch, served ruleset.Served, err error) {
-	if l.rules.Settles() {
+	if l.rules.Settles() || l.rules.Times() {
 		s = new(ruleset.Scratch)
 	}
 	v, ds := l.rules.Decide(ctx, call{ctx: ctx, method: method, ips: l.rules.ClientIP(), ipHeader: l.ipHeader}, nil, s)
 	md = l.metadata(ds)
 	if v.Outcome.Blocks() {
-		return md, nil, ruleset.Denied, l.denial(v)
+		return md, s, ruleset.Denied, l.denial(v)
 	}
 	if v.Delay > 0 {
 		if err := l.wait(ctx, v.Delay); err != nil {
 			l.rules.Refund(ctx, s) // not served
-			return md, nil, ruleset.Denied, status.FromContextError(err).Err()
+			return md, s, ruleset.Denied, status.FromContextError(err).Err()
 		}
 		return md, s, ruleset.Delayed, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -28,13 +29,14 @@ func TestRolloutAcrossTheSwitch(t *testing.T) {
 			daily := func(n int) tollgate.Limit {
 				return tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: n, Period: 24 * time.Hour}
 			}
+			reg := prometheus.NewRegistry()
 			lim := mustNew(t, b.New(t, c.Now), []grpclimit.Rule{{
 				Name:   "health",
 				Method: "/grpc.health.v1.Health/Check",
 				Policies: []enforce.Policy{{Name: "daily", Limit: daily(3), Rollout: &enforce.Rollout{
 					Limit: daily(2), Percent: 100, From: from,
 				}}},
-			}}, grpclimit.WithClock(c.Now))
+			}}, grpclimit.WithClock(c.Now), enforce.WithRegistry(reg))
 			h := serve(t, lim)
 			ctx := context.Background()
 			for i := range 2 {
@@ -54,6 +56,17 @@ func TestRolloutAcrossTheSwitch(t *testing.T) {
 			c.Set(from)
 			if _, err := check(ctx, h, nil); status.Code(err) != codes.ResourceExhausted {
 				t.Errorf("at the switch: %v, want RESOURCE_EXHAUSTED (2 spent of the 2 now allowed)", err)
+			}
+			// Each arm's calls are timed apart, by decision.
+			for _, tc := range []struct {
+				arm, decision string
+				want          uint64
+			}{{"announced", "admitted", 2}, {"rolled", "denied", 1}, {"rolled", "admitted", 0}} {
+				got := testkit.HistogramCount(t, reg, "tollgate_grpc_rollout_request_duration_seconds",
+					map[string]string{"rule": "health", "policy": "daily", "arm": tc.arm, "decision": tc.decision})
+				if got != tc.want {
+					t.Errorf("rollout_request_duration_seconds{arm=%q, decision=%q}: %d calls, want %d", tc.arm, tc.decision, got, tc.want)
+				}
 			}
 		})
 	}

@@ -236,7 +236,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := l.rules.Start()
-		l.rules.Served(start, l.serve(w, r, next))
+		f := new(frame)
+		l.rules.Served(start, l.serve(w, r, next, f), &f.rules)
 	})
 }
 
@@ -253,10 +254,9 @@ type frame struct {
 }
 
 // serve decides r, then runs next or writes the rejection, and returns how
-// the request left.
-func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) ruleset.Served {
+// the request left. f is the request's frame.
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler, f *frame) ruleset.Served {
 	var decs [maxDecisions]headers.Decision
-	f := new(frame)
 	ctx := r.Context()
 	v, ds := l.rules.Decide(ctx, call{r: r, ips: l.rules.ClientIP()}, decs[:0], &f.rules)
 	l.writeHeaders(w, &f.values, ds)

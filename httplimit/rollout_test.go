@@ -86,6 +86,17 @@ func TestRolloutAcrossTheSwitch(t *testing.T) {
 		if a := arm("base", "allowed"); a != 1 {
 			t.Errorf("base: %v allowed, want 1", a)
 		}
+		// Each arm's requests are timed apart, by decision.
+		for _, tc := range []struct {
+			arm, decision string
+			want          uint64
+		}{{"announced", "admitted", 7}, {"rolled", "denied", 1}, {"base", "admitted", 1}, {"rolled", "admitted", 0}} {
+			got := testkit.HistogramCount(t, reg, "tollgate_http_rollout_request_duration_seconds",
+				map[string]string{"rule": "api", "policy": "daily", "arm": tc.arm, "decision": tc.decision})
+			if got != tc.want {
+				t.Errorf("rollout_request_duration_seconds{arm=%q, decision=%q}: %d requests, want %d", tc.arm, tc.decision, got, tc.want)
+			}
+		}
 	})
 }
 

@@ -48,7 +48,7 @@ func (t *TestEngine) Rule(name string, mode enforce.FailureMode, dryRun bool) (T
 func (r TestRule) Decide(ctx context.Context, key string, policies []enforce.Policy, cost int, dst []headers.Decision) (Verdict, []headers.Decision) {
 	q := r.e.Begin(ctx)
 	defer q.End()
-	return r.r.decide(&q, key, policies, cost, dst, 0, nil, r.now)
+	return r.r.decide(&q, key, policies, cost, dst, 0, nil, nil, r.now)
 }
 
 // FailureMode is the rule's failure mode after defaults.

@@ -17,6 +17,7 @@ import (
 //	tollgate_<subsystem>_bad_costs_total{rule}                counter
 //	tollgate_<subsystem>_request_duration_seconds{decision}   histogram
 //	tollgate_<subsystem>_rollout_decisions_total{rule, policy, arm, outcome}
+//	tollgate_<subsystem>_rollout_request_duration_seconds{rule, policy, arm, decision}
 //	tollgate_<subsystem>_penalties_total{rule, policy}
 //
 // outcome is one of allowed, denied, dry_run_denied, fail_open and
@@ -27,7 +28,7 @@ import (
 // costs responses reported that could not be used, the estimate standing
 // instead. request_duration_seconds times whole requests by how they left
 // (Served), so that throttled traffic is timed apart from the rest. The
-// last two exist for policies with a rollout or a penalty (see
+// last three exist for policies with a rollout or a penalty (see
 // enforce.Rollout, enforce.Penalty).
 //
 // The labels are bounded: a rule label per rule (at most MaxRules, names
@@ -41,7 +42,12 @@ type Metrics struct {
 	rollouts  *prometheus.CounterVec // see rollout.go
 	penalties *prometheus.CounterVec
 	served    [numServed]prometheus.Observer
+	byArm     *prometheus.HistogramVec // see rollout.go
 }
+
+// servedBuckets are request_duration_seconds' buckets: from a denial
+// answered from memory to a slow handler.
+var servedBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 // Served is how the middleware let a request go: the decision label of
 // tollgate_<subsystem>_request_duration_seconds.
@@ -109,14 +115,14 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) (*Metrics, error) {
 	}, []string{"rule", "policy"})
 	served := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "tollgate", Subsystem: subsystem, Name: "request_duration_seconds",
-		Help: "Time from the middleware receiving a request (gRPC: a unary call; streams are not timed) to its handler returning or its rejection being written, by decision: admitted, delayed (waited its shaping delay first) or denied (turned away before the handler).",
-		// From a denial answered from memory to a slow handler.
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		Help:    "Time from the middleware receiving a request (gRPC: a unary call; streams are not timed) to its handler returning or its rejection being written, by decision: admitted, delayed (waited its shaping delay first) or denied (turned away before the handler).",
+		Buckets: servedBuckets,
 	}, []string{"decision"})
+	m.byArm = newRolloutLatency(subsystem)
 	for s := range numServed {
 		m.served[s] = served.WithLabelValues(s.String()) // every series visible at 0
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts, served, m.rollouts, m.penalties} {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors, m.badCosts, served, m.rollouts, m.penalties, m.byArm} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -137,5 +143,11 @@ func (m *Metrics) forRule(rule string) ruleMetrics {
 	return rm
 }
 
-// observe records a request that took d and left as s.
-func (m *Metrics) observe(s Served, d time.Duration) { m.served[s].Observe(d.Seconds()) }
+// observe records a request that took d and left as s, under the arm of
+// each policy with a rollout that decided it too.
+func (m *Metrics) observe(s Served, d time.Duration, arms []armSeen) {
+	m.served[s].Observe(d.Seconds())
+	for _, a := range arms {
+		m.byArm.WithLabelValues(a.rule.name, a.policy, armNames[a.arm], s.String()).Observe(d.Seconds())
+	}
+}

@@ -17,11 +17,16 @@ import (
 //
 //	tollgate_<subsystem>_rollout_decisions_total{rule, policy, arm, outcome}
 //
+//	tollgate_<subsystem>_rollout_request_duration_seconds{rule, policy, arm, decision}
+//
 // arm is base (the policy's own limit), announced (its own limit, the new
 // one announced), rolled (the new limit) or shadow (the new limit tried on
 // a state of its own by a key it does not apply to yet); outcome is the
-// rule's (allowed, denied, …). Rules and policies are the program's, so
-// the series are bounded by them.
+// rule's (allowed, denied, …). The histogram times the requests of each
+// arm as request_duration_seconds times all of them (Rules.Served), so
+// that the latency of the keys under the new limit can be set against the
+// others' too (a shadow decides no request: it has no latency). Rules and
+// policies are the program's, so the series are bounded by them.
 
 // armNames are the arm label values, by enforce.Arm; shadowArm follows.
 var armNames = [...]string{rollout.Base: "base", rollout.Announced: "announced", rollout.Rolled: "rolled", shadowArm: "shadow"}
@@ -33,6 +38,28 @@ func newRolloutMetric(subsystem string) *prometheus.CounterVec {
 		Namespace: "tollgate", Subsystem: subsystem, Name: "rollout_decisions_total",
 		Help: "Decisions of policies with a rollout, by rule, policy, arm (base, announced, rolled, shadow) and outcome.",
 	}, []string{"rule", "policy", "arm", "outcome"})
+}
+
+// armSeen is the arm a policy with a rollout put a request in.
+type armSeen struct {
+	rule   *rule
+	policy string
+	arm    rollout.Arm
+}
+
+// seen appends policy's arm to *arms, if arms is not nil.
+func (r *rule) seen(arms *[]armSeen, policy string, arm rollout.Arm) {
+	if arms != nil {
+		*arms = append(*arms, armSeen{rule: r, policy: policy, arm: arm})
+	}
+}
+
+func newRolloutLatency(subsystem string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "tollgate", Subsystem: subsystem, Name: "rollout_request_duration_seconds",
+		Help:    "Time of the requests a policy with a rollout decided, as request_duration_seconds, by rule, policy, arm (base, announced, rolled) and decision (admitted, delayed, denied).",
+		Buckets: servedBuckets,
+	}, []string{"rule", "policy", "arm", "decision"})
 }
 
 // countArm counts a decision of policy under arm.

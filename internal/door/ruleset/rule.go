@@ -132,9 +132,12 @@ func checkPolicies(policies []enforce.Policy) error {
 // through the store's ReserveN, and appends each admitted reservation to
 // *hold, under the rule's index idx, for Decide to refund if the request
 // is turned away.
-func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, idx int, hold *[]held, now func() time.Time) (Verdict, []headers.Decision) {
+//
+// When arms is not nil, the arm of each policy with a rollout is appended
+// to *arms, for the request's latency by arm (Rules.Served).
+func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, idx int, hold *[]held, arms *[]armSeen, now func() time.Time) (Verdict, []headers.Decision) {
 	if r.together && hold == nil && len(policies) > 1 {
-		return r.decideTogether(q, key, policies, cost, dst, now)
+		return r.decideTogether(q, key, policies, cost, dst, arms, now)
 	}
 	v := Verdict{Outcome: engine.Allowed, Rule: r.name}
 	first := len(dst)
@@ -146,6 +149,7 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 				limit = ro.Limit
 			}
 			r.tryRollout(q, p, key, cost, arm, &announce)
+			r.seen(arms, p.Name, arm)
 		}
 		st := r.spend(q, p, key, limit, cost, idx, hold)
 		if p.Rollout != nil {
@@ -190,7 +194,7 @@ func (r *rule) decide(q *engine.Request, key string, policies []enforce.Policy, 
 // spent; each policy that denied counts towards its own penalty. Every
 // policy's answer is appended: an admission, a denial, or for a policy
 // that would have admitted a denied request, what it has left.
-func (r *rule) decideTogether(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, now func() time.Time) (Verdict, []headers.Decision) {
+func (r *rule) decideTogether(q *engine.Request, key string, policies []enforce.Policy, cost int, dst []headers.Decision, seen *[]armSeen, now func() time.Time) (Verdict, []headers.Decision) {
 	var (
 		lbuf     [8]tollgate.Limit
 		abuf     [8]rollout.Arm
@@ -205,6 +209,7 @@ func (r *rule) decideTogether(q *engine.Request, key string, policies []enforce.
 				limit = ro.Limit
 			}
 			r.tryRollout(q, p, key, cost, arm, &announce)
+			r.seen(seen, p.Name, arm)
 		}
 		limits, arms = append(limits, limit), append(arms, arm)
 	}

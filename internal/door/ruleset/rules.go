@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +57,9 @@ type Rules[Req any] struct {
 	set     settings.Door
 	pkg     string // starts error messages
 	settles bool   // some rule settles
+	// rollouts: some rule has a policy with a rollout, or picks its
+	// policies per request (which may have one)
+	rollouts bool
 	// badLog paces the logs of unusable real costs, apart from store
 	// failures.
 	badLog engine.Sampler
@@ -121,6 +125,7 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		}
 		seen[s.Name] = true
 		rs.settles = rs.settles || s.Settles
+		rs.rollouts = rs.rollouts || s.PoliciesFunc != nil || slices.ContainsFunc(s.Policies, func(p enforce.Policy) bool { return p.Rollout != nil })
 		rs.rules = append(rs.rules, p)
 	}
 	return rs, nil
@@ -156,6 +161,10 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 type Scratch struct {
 	ctx  engine.Room
 	held []held // reservations of rules that settle
+	// arms holds the arm of each policy with a rollout that decided the
+	// request, when metrics are recorded (Served times it by arm).
+	arms    []armSeen
+	armsBuf [2]armSeen
 }
 
 // keyBuffer is where Decide builds store keys. It would escape to the heap
@@ -210,7 +219,14 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		if p.settles {
 			hold = &s.held
 		}
-		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, rs.set.Now)
+		var arms *[]armSeen
+		if rs.metrics != nil {
+			if s.arms == nil {
+				s.arms = s.armsBuf[:0]
+			}
+			arms = &s.arms
+		}
+		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, arms, rs.set.Now)
 		if v.Outcome.Blocks() {
 			rs.Refund(ctx, s) // not served: nothing spent
 			return v, dst
@@ -231,13 +247,24 @@ func (rs *Rules[Req]) Start() time.Time {
 }
 
 // Served records that a request which began at start (Start) has left as
-// s: tollgate_<subsystem>_request_duration_seconds{decision}.
-func (rs *Rules[Req]) Served(start time.Time, s Served) {
+// s: tollgate_<subsystem>_request_duration_seconds{decision}, and when sc,
+// the Scratch Decide was given, says policies with a rollout decided it,
+// tollgate_<subsystem>_rollout_request_duration_seconds under their arms.
+// sc may be nil (then no arm is recorded).
+func (rs *Rules[Req]) Served(start time.Time, s Served, sc *Scratch) {
 	if rs.metrics == nil || start.IsZero() {
 		return
 	}
-	rs.metrics.observe(s, time.Since(start))
+	var arms []armSeen
+	if sc != nil {
+		arms = sc.arms
+	}
+	rs.metrics.observe(s, time.Since(start), arms)
 }
+
+// Times reports whether Served times requests by arm: a transport that
+// passes Decide no Scratch must give it one then, for Served to read.
+func (rs *Rules[Req]) Times() bool { return rs.metrics != nil && rs.rollouts }
 
 // Settles reports whether any rule settles (Spec.Settles): a transport
 // that passes Decide no Scratch must give it one then, to Settle with.

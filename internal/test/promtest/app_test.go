@@ -48,6 +48,10 @@ var shaper = tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 50, Period: t
 // twentyPerSecond admits bursts of 10.
 var twentyPerSecond = tollgate.Limit{Rate: 20, Period: time.Second, Burst: 10}
 
+// tighter rolls fifteen a second out to half the keys, tried in shadow on
+// the others: the rollout panels' arms.
+var tighter = &enforce.Rollout{Limit: tollgate.Limit{Rate: 15, Period: time.Second, Burst: 10}, Percent: 50, Shadow: true}
+
 func startApp(t *testing.T, redisAddr string) app {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
@@ -61,7 +65,7 @@ func startApp(t *testing.T, redisAddr string) app {
 	}
 	opts := []enforce.Option{enforce.WithRegistry(reg), enforce.WithLogger(quiet), enforce.WithTimeout(time.Second)}
 	hl, err := httplimit.New(store, []httplimit.Rule{
-		{Name: "api", Pattern: "/api/", Policies: []enforce.Policy{{Name: "api", Limit: twentyPerSecond}}},
+		{Name: "api", Pattern: "/api/", Policies: []enforce.Policy{{Name: "api", Limit: twentyPerSecond, Rollout: tighter}}},
 		{Name: "api-next", Pattern: "/api/", DryRun: true, Policies: []enforce.Policy{{Name: "next", Limit: tollgate.PerSecond(10)}}},
 		{Name: "shaped", Pattern: "/shaped/", Policies: []enforce.Policy{{Name: "drain", Limit: shaper}}},
 	}, opts...)
@@ -69,7 +73,7 @@ func startApp(t *testing.T, redisAddr string) app {
 		t.Fatal(err)
 	}
 	gl, err := grpclimit.New(store, []grpclimit.Rule{
-		{Name: "check", Method: "/grpc.health.v1.Health/Check", Policies: []enforce.Policy{{Name: "check", Limit: twentyPerSecond}}},
+		{Name: "check", Method: "/grpc.health.v1.Health/Check", Policies: []enforce.Policy{{Name: "check", Limit: twentyPerSecond, Rollout: tighter}}},
 		{Name: "list", Method: "/grpc.health.v1.Health/List", Policies: []enforce.Policy{{Name: "drain", Limit: shaper}}},
 	}, opts...)
 	if err != nil {
