@@ -27,9 +27,9 @@ func init() {
 // checkFlags are check's flags: serve's flags for reading rules files,
 // so that check reads them exactly as serve would.
 type checkFlags struct {
-	files        rulesFileFlags
-	config       string
-	strict, json bool
+	files              rulesFileFlags
+	config             string
+	strict, json, dump bool
 }
 
 // problem is one error or warning, as --json prints it. The field names
@@ -61,6 +61,7 @@ func runCheck(_ context.Context, args []string, _ env, stdout, stderr io.Writer)
 	}
 	rep := checkReport{Problems: []problem{}}
 	var summaries []string
+	var loaded []*config.Rules // by path, nil where invalid: what --dump prints
 	for _, path := range paths {
 		probs, rules := f.check(path)
 		nerr, nwarn := count(probs)
@@ -68,6 +69,10 @@ func runCheck(_ context.Context, args []string, _ env, stdout, stderr io.Writer)
 		rep.Warnings += nwarn
 		rep.Problems = append(rep.Problems, probs...)
 		summaries = append(summaries, summary(path, rules, nerr, nwarn))
+		if nerr > 0 {
+			rules = nil
+		}
+		loaded = append(loaded, rules)
 	}
 	if f.json {
 		enc := json.NewEncoder(stdout)
@@ -80,8 +85,11 @@ func runCheck(_ context.Context, args []string, _ env, stdout, stderr io.Writer)
 		for _, p := range rep.Problems {
 			fmt.Fprintln(stdout, p)
 		}
-		for _, s := range summaries {
+		for i, s := range summaries {
 			fmt.Fprintln(stdout, s)
+			if f.dump && loaded[i] != nil {
+				_ = loaded[i].Dump(stdout) // an error is stdout's
+			}
 		}
 	}
 	if rep.Errors > 0 || (f.strict && rep.Warnings > 0) {
@@ -101,6 +109,7 @@ func parseCheck(args []string, stderr io.Writer) (f *checkFlags, paths []string,
 	fs.StringVar(&f.config, "config", "", "a rules file or directory, as serve's --config (or give them as arguments)")
 	fs.BoolVar(&f.strict, "strict", false, "exit 1 on warnings too, not only on errors")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object: {errors, warnings, problems: [{file, line, col, severity, message}]}")
+	fs.BoolVar(&f.dump, "dump", false, "after each valid path's line, print its rules as serve's /rlconfig shows them: a line per limit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tollgate check [flags] PATH...")
 		fmt.Fprintln(stderr, "\nLoads each PATH (a rules file, or a directory of them) as tollgate serve --config PATH would,")
@@ -132,6 +141,10 @@ func parseCheck(args []string, stderr io.Writer) (f *checkFlags, paths []string,
 	}
 	if err := f.files.check(); err != nil {
 		fmt.Fprintf(stderr, "tollgate check: %v\n", err)
+		return nil, nil, 2, false
+	}
+	if f.dump && f.json {
+		fmt.Fprintln(stderr, "tollgate check: --dump prints the rules as text: leave out --json")
 		return nil, nil, 2, false
 	}
 	return f, paths, 0, true
@@ -204,7 +217,9 @@ func count(probs []problem) (errs, warns int) {
 }
 
 // summary is the last line about path: "rules: 2 files, 1 domain, 7 rules:
-// valid, 1 warning", or "rules: invalid: 2 errors".
+// valid, 1 warning", or "rules: invalid: 2 errors". When a rule has
+// several limits (rate_limits), the rules are followed by how many limits
+// they hold in all: "2 rules (4 limits)".
 func summary(path string, rules *config.Rules, errs, warns int) string {
 	counts := ""
 	if warns > 0 {
@@ -213,8 +228,16 @@ func summary(path string, rules *config.Rules, errs, warns int) string {
 	if errs > 0 {
 		return fmt.Sprintf("%s: invalid: %s%s", path, plural(errs, "error"), counts)
 	}
+	limits := 0
+	for _, r := range rules.All() {
+		limits += max(len(r.Set), 1)
+	}
+	ruleCount := plural(len(rules.All()), "rule")
+	if limits != len(rules.All()) {
+		ruleCount += " (" + plural(limits, "limit") + ")"
+	}
 	return fmt.Sprintf("%s: %s, %s, %s: valid%s", path, plural(len(rules.Files()), "file"),
-		plural(rules.Domains(), "domain"), plural(len(rules.All()), "rule"), counts)
+		plural(rules.Domains(), "domain"), ruleCount, counts)
 }
 
 func plural(n int, what string) string {

@@ -55,6 +55,19 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 0}
 `
 
+// planRules have a descriptor of three limits and one of one.
+const planRules = `domain: api
+descriptors:
+  - key: plan
+    value: free
+    rate_limits:
+      - {unit: second, requests_per_unit: 2}
+      - {unit: day, requests_per_unit: 100}
+      - {unit: second, requests_per_unit: 20, algorithm: token_bucket, name: burst}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 50}
+`
+
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	tests := []checkCase{
@@ -158,7 +171,22 @@ descriptors:
 `}, args: []string{"r.yaml"}, code: 1, out: []string{
 			"r.yaml:4:30: warning: 100 per year", "r.yaml:6:17: error: rate_limit needs requests_per_unit", "r.yaml: invalid: 1 error, 1 warning"}},
 
+		{name: "a plan of several limits", files: map[string]string{"r.yaml": planRules}, args: []string{"r.yaml"},
+			out: []string{"r.yaml: 1 file, 1 domain, 2 rules (4 limits): valid"}},
+		{name: "--dump: a line per limit", files: map[string]string{"r.yaml": planRules, "bad.yaml": "domain: x\nfoo: 1\n"}, args: []string{"--dump", "r.yaml", "bad.yaml"}, code: 1,
+			out: []string{`bad.yaml:2:1: error: unknown key "foo"`, "r.yaml: 1 file, 1 domain, 2 rules (4 limits): valid",
+				"api.ip: unit=MINUTE requests_per_unit=50, shadow_mode: false, quota_mode: false",
+				"api.plan_free.second: unit=SECOND requests_per_unit=2, shadow_mode: false, quota_mode: false, set: api.plan_free",
+				"api.plan_free.day: unit=DAY requests_per_unit=100, shadow_mode: false, quota_mode: false, set: api.plan_free",
+				"api.plan_free.burst: unit=SECOND requests_per_unit=20, shadow_mode: false, quota_mode: false, set: api.plan_free",
+				"bad.yaml: invalid: 1 error"}},
+		{name: "a plan refused", files: map[string]string{"r.yaml": "domain: api\ndescriptors:\n  - key: plan\n    rate_limits:\n      - {unit: second, requests_per_unit: 2}\n      - {unit: second, requests_per_unit: 5}\n"},
+			args: []string{"r.yaml"}, code: 1, out: []string{
+				"r.yaml:6:9: error: limit 2 (5 per second, line 6) would share one counter with limit 1 (2 per second, line 5): both count fixed_window per second; give them different algorithms or units",
+				"r.yaml: invalid: 1 error"}},
+
 		// Usage errors: exit 2, nothing on stdout.
+		{name: "usage: --dump with --json", args: []string{"--dump", "--json", "r.yaml"}, code: 2, err: "--dump prints the rules as text: leave out --json"},
 		{name: "usage: no path", code: 2, err: "tollgate check: no rules to check"},
 		{name: "usage: unknown flag", args: []string{"--strit", "r.yaml"}, code: 2, err: "unknown flag --strit (did you mean --strict?)"},
 		{name: "usage: a bound of 0", args: []string{"--rules-max-files", "0", "r.yaml"}, code: 2, err: "--rules-max-files 0: want a positive number"},
