@@ -198,7 +198,7 @@ func (r *rulesFileFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&r.limits.MaxFileSize, "rules-max-file-bytes", d.MaxFileSize, "largest rules file; a larger one is refused")
 	fs.Int64Var(&r.limits.MaxTotalSize, "rules-max-total-bytes", d.MaxTotalSize, "largest sum of the rules files")
 	fs.IntVar(&r.limits.MaxFiles, "rules-max-files", d.MaxFiles, "most rules files (and, with --runtime-tree, directories)")
-	fs.IntVar(&r.limits.MaxDescriptors, "rules-max-descriptors", d.MaxDescriptors, "most descriptors all the rules files together may define")
+	fs.IntVar(&r.limits.MaxDescriptors, "rules-max-descriptors", d.MaxDescriptors, "most descriptors all the rules files together may define (each limit of a rate_limits list counts as one)")
 }
 
 func (r *rulesFileFlags) check() error {
