@@ -252,9 +252,19 @@ func sfList(t *testing.T, field string, values []string) []string {
 // TestSetHeaders: RateLimit-Policy lists every limit of a set as a policy
 // of its own, named after the limit (its name, or its statistics name);
 // RateLimit carries the limit with the least room, beside the other
-// descriptors' — over gRPC and over /json.
+// descriptors' — over gRPC and over /json, with the descriptors decided in
+// turn and at once.
 func TestSetHeaders(t *testing.T) {
 	t.Parallel()
+	for _, parallel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parallel descriptors %v", parallel), func(t *testing.T) {
+			t.Parallel()
+			testSetHeaders(t, WithParallelDescriptors(parallel))
+		})
+	}
+}
+
+func testSetHeaders(t *testing.T, opts ...Option) {
 	const rules = `
 domain: api
 descriptors:
@@ -267,7 +277,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 50}
 `
 	clock := newTestClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
-	s := newSetServer(t, memorystore.New(memorystore.WithClock(clock.Now)), clock, rules)
+	s := newSetServer(t, memorystore.New(memorystore.WithClock(clock.Now)), clock, rules, opts...)
 	field := func(resp *pb.RateLimitResponse, name string) []string {
 		for _, h := range resp.ResponseHeadersToAdd {
 			if strings.EqualFold(h.Key, name) {
