@@ -147,6 +147,53 @@ func TestRolloutShare(t *testing.T) {
 	t.Logf("10%%: %d tenants, 30%%: %d", len(ten), len(thirty))
 }
 
+// TestRolloutWidenedByReload widens a rollout from 10% to 30% by a reload
+// of the rules file on a running server: every tenant the new limit
+// applied to still has it, and every tenant keeps what it had spent (the
+// arms share one counter per tenant), whichever arm it ends in.
+func TestRolloutWidenedByReload(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // newTestServer's clock: applies at once
+	s := newTestServer(t, rolloutRules(from, 10))
+	const tenants = 2000
+	rolled := map[int]bool{}
+	for i := range tenants {
+		for range 2 {
+			resp := ask(t, s, req("d", entries("tenant", fmt.Sprint(i))))
+			if resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 5 {
+				rolled[i] = true
+			}
+		}
+	}
+	if err := s.Update("rules.yaml", func() (*config.Rules, error) {
+		return config.Parse("rules.yaml", []byte(rolloutRules(from, 30)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(s.m.reloads[reloadSuccess]); got != 1 {
+		t.Fatalf("%v successful reloads, want 1", got)
+	}
+	widened := 0
+	for i := range tenants {
+		st := ask(t, s, req("d", entries("tenant", fmt.Sprint(i)))).Statuses[0]
+		limit := st.CurrentLimit.GetRequestsPerUnit()
+		switch {
+		case rolled[i] && limit != 5:
+			t.Fatalf("tenant %d left the rollout when it was widened by a reload", i)
+		case limit == 5 && !rolled[i]:
+			widened++
+		}
+		// Three spent, before and after the reload, under either limit.
+		if got, want := st.LimitRemaining, limit-3; got != want {
+			t.Fatalf("tenant %d after the reload: %d remaining of %d, want %d (its two requests before the reload kept)", i, got, limit, want)
+		}
+	}
+	if n := len(rolled) + widened; n < 480 || n > 720 {
+		t.Errorf("after widening to 30%%: %d of %d tenants under the new limit", n, tenants)
+	}
+	t.Logf("10%%: %d tenants; the reload to 30%% added %d", len(rolled), widened)
+}
+
 // policyField is the RateLimit-Policy of resp's response_headers_to_add.
 func policyField(resp *pb.RateLimitResponse) string {
 	for _, h := range resp.ResponseHeadersToAdd {
