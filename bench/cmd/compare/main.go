@@ -10,7 +10,10 @@
 // Redis rows: 64 goroutines in a closed loop over 10,000 keys, one go-redis
 // client each (PoolSize 64) on loopback. Memory rows: Go benchmarks over
 // 100,000 live keys (-mem-keys), serially and in the parallel shape
-// (GOMAXPROCS goroutines), reported as ns/op and allocs/op.
+// (GOMAXPROCS goroutines), reported as ns/op and allocs/op. Middleware
+// rows: tollgate's httplimit against sethvargo/go-limiter's httplimit and
+// go-chi/httprate, serving in-process requests from 10,000 client
+// addresses (-mw-ips), timed as the in-memory rows are.
 package main
 
 import (
@@ -54,6 +57,8 @@ func run(args []string, out io.Writer) error {
 		window     = fs.Duration("pipe-window", time.Millisecond, "the window of the pipelined rows (redisstore.New's default: 1ms)")
 		batch      = fs.Int("pipe-batch", 64, "the batch of the pipelined rows (redisstore.New's default: 64)")
 		noMem      = fs.Bool("no-memory", false, "skip the in-memory rows")
+		noMW       = fs.Bool("no-middleware", false, "skip the HTTP middleware rows")
+		mwIPs      = fs.Int("mw-ips", 10_000, "client addresses of the middleware rows")
 		cpuprofile = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -111,6 +116,19 @@ func run(args []string, out io.Writer) error {
 	if !*noMem {
 		if rows := filterRows(memoryRows(), filter); len(rows) > 0 {
 			if err := memoryTables(out, rows, *rounds, *memKeys); err != nil {
+				return err
+			}
+		}
+	}
+	if !*noMW {
+		var rows []mwRow
+		for _, r := range middlewareRows() {
+			if filter.MatchString(r.name) {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) > 0 {
+			if err := middlewareTables(out, rows, *rounds, *mwIPs); err != nil {
 				return err
 			}
 		}

@@ -202,23 +202,13 @@ type memResult struct {
 }
 
 // memoryTables measures the in-memory rows over nkeys keys each and prints
-// their table and their ratios to the peers. The rows take turns chunk by
-// chunk: in each slot every row runs one chunk (about chunkTime), in an
-// order that rotates from slot to slot, so that a ratio compares chunks
-// that ran within milliseconds of each other.
+// their table and their ratios to the peers (see interleave for how the
+// rows take turns).
 func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 	g := runtime.GOMAXPROCS(0)
 	res := make([]memResult, len(rows))
 	cs := make([][2]*chunker, len(rows)) // serial, parallel
-	defer func() {
-		for _, c := range cs {
-			for _, c := range c {
-				if c != nil {
-					c.close()
-				}
-			}
-		}
-	}()
+	defer closeChunkers(cs)
 	for i, r := range rows {
 		decide, err := r.build(nil)
 		if err != nil {
@@ -233,43 +223,19 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 		}
 		res[i].row = r
 		for m, n := range []int{1, g} {
-			cs[i][m] = newChunker(ks, decide, n)
+			cs[i][m] = newChunker(ks, func() func(context.Context, string) error { return decide }, n)
 		}
 	}
-	for m := range 2 {
-		// Allocations, row by row (a row's own calls alone between two
-		// readings), over a dozen chunks.
-		for i := range rows {
-			var ms0, ms1 runtime.MemStats
-			runtime.ReadMemStats(&ms0)
-			for range 12 {
-				cs[i][m].chunk()
-			}
-			runtime.ReadMemStats(&ms1)
-			f := res[i].f.mode(m)
-			f.ops, f.allocs = int64(12*cs[i][m].n*cs[i][m].g), int64(ms1.Mallocs-ms0.Mallocs)
-		}
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.name
 	}
-	for round := range rounds {
-		for m := range 2 {
-			for slot := range chunksPerRound {
-				for j := range rows {
-					i := (slot + j) % len(rows)
-					f := res[i].f.mode(m)
-					f.nsPerOp = append(f.nsPerOp, cs[i][m].chunk())
-				}
-			}
-		}
-		for i, r := range rows {
-			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, r.name, res[i].f.serial.median(), res[i].f.parallel.median())
-		}
+	fs, err := interleave(names, cs, rounds)
+	if err != nil {
+		return err
 	}
-	for i := range cs {
-		for _, c := range cs[i] {
-			if c.err() != nil {
-				return fmt.Errorf("%s: %w", rows[i].name, c.err())
-			}
-		}
+	for i := range res {
+		res[i].f = fs[i]
 	}
 	fmt.Fprintf(out, "### In memory: %d live keys; serial (one goroutine) and parallel (GOMAXPROCS=%d goroutines)\n\n", nkeys, g)
 	fmt.Fprintf(out, "ns/op is the median of %d chunks of about %v per row and mode (parallel: wall time over all goroutines' decisions); the rows take turns chunk by chunk, and a ratio is the median of the ratios of chunks that ran side by side.\n\n", rounds*chunksPerRound, chunkTime)
@@ -282,6 +248,61 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 	fmt.Fprintln(out)
 	memRatios(out, res)
 	return nil
+}
+
+// interleave measures rows of chunkers, serial and parallel (cs[i][0] and
+// cs[i][1] for the row named names[i]), and returns each row's figures.
+// First the allocations, row by row (a row's own calls alone between two
+// readings of the allocator's count); then the times: the rows take turns
+// chunk by chunk, in each slot every row running one chunk (about
+// chunkTime), in an order that rotates from slot to slot, so that a ratio
+// compares chunks that ran within milliseconds of each other.
+func interleave(names []string, cs [][2]*chunker, rounds int) ([]memFigures, error) {
+	fs := make([]memFigures, len(cs))
+	for m := range 2 {
+		for i := range cs {
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			for range 12 {
+				cs[i][m].chunk()
+			}
+			runtime.ReadMemStats(&ms1)
+			f := fs[i].mode(m)
+			f.ops, f.allocs = int64(12*cs[i][m].n*cs[i][m].g), int64(ms1.Mallocs-ms0.Mallocs)
+		}
+	}
+	for round := range rounds {
+		for m := range 2 {
+			for slot := range chunksPerRound {
+				for j := range cs {
+					i := (slot + j) % len(cs)
+					f := fs[i].mode(m)
+					f.nsPerOp = append(f.nsPerOp, cs[i][m].chunk())
+				}
+			}
+		}
+		for i, name := range names {
+			fmt.Fprintf(os.Stderr, "round %d %-60s serial %6.0f ns/op, parallel %6.0f ns/op\n", round+1, name, fs[i].serial.median(), fs[i].parallel.median())
+		}
+	}
+	for i := range cs {
+		for _, c := range cs[i] {
+			if c.err() != nil {
+				return nil, fmt.Errorf("%s: %w", names[i], c.err())
+			}
+		}
+	}
+	return fs, nil
+}
+
+func closeChunkers(cs [][2]*chunker) {
+	for _, c := range cs {
+		for _, c := range c {
+			if c != nil {
+				c.close()
+			}
+		}
+	}
 }
 
 // memRatios prints, for each tollgate row, how many times faster it is than
@@ -304,13 +325,13 @@ const (
 
 // chunker times chunks of decisions of about chunkTime, each with g
 // goroutines deciding at once, sized by a warm-up. The goroutines walk the
-// keys in one random order (the same for every row), each from a
-// different place. Not in the order the keys were made: a limiter's state
-// for them, made in that order, often lies in that order in memory, and a
-// walk in order, or by a constant stride, lets the CPU's prefetchers fetch
-// the next key's state before it is asked for, which no service's traffic
-// does. Every call must succeed: a denial is a failure here, as the limits
-// admit everything.
+// items (keys, requests) in one random order (the same for every row),
+// each from a different place. Not in the order the items were made: a
+// limiter's state for them, made in that order, often lies in that order
+// in memory, and a walk in order, or by a constant stride, lets the CPU's
+// prefetchers fetch the next key's state before it is asked for, which no
+// service's traffic does. Every call must succeed: a denial is a failure
+// here, as the limits admit everything.
 type chunker struct {
 	g, n   int
 	start  []chan int
@@ -319,16 +340,20 @@ type chunker struct {
 	failed error
 }
 
-func newChunker(ks []string, decide op, g int) *chunker {
+// newChunker starts g goroutines over items, each deciding with a function
+// of its own that newWorker returns (so that it can keep state a
+// goroutine must not share, such as a ResponseWriter).
+func newChunker[T any](items []T, newWorker func() func(context.Context, T) error, g int) *chunker {
 	ctx := context.Background()
 	c := &chunker{g: g, start: make([]chan int, g)}
-	order := rand.New(rand.NewPCG(1, 2)).Perm(len(ks))
-	walk := make([]string, len(ks))
+	order := rand.New(rand.NewPCG(1, 2)).Perm(len(items))
+	walk := make([]T, len(items))
 	for i, k := range order {
-		walk[i] = ks[k]
+		walk[i] = items[k]
 	}
 	for i := range c.start {
 		c.start[i] = make(chan int)
+		decide := newWorker()
 		go func(j int) {
 			for n := range c.start[i] {
 				for range n {
@@ -344,7 +369,7 @@ func newChunker(ks []string, decide op, g int) *chunker {
 				}
 				c.wg.Done()
 			}
-		}(i * len(ks) / g)
+		}(i * len(items) / g)
 	}
 	c.n = 1000
 	for d := c.run(c.n); d < chunkTime/2; d = c.run(c.n) {

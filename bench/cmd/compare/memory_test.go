@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"regexp"
 	"runtime"
 	"strings"
@@ -53,6 +54,47 @@ func BenchmarkMemoryRows(b *testing.B) {
 					j = 0
 				}
 				if err := decide(ctx, walk[j]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMiddlewareRows runs each middleware row serially over 10,000
+// client addresses in the random order the tables use, for profiles of one
+// row:
+//
+//	go test -run '^$' -bench 'MiddlewareRows/^tollgate' -benchtime 2000000x -cpuprofile /tmp/mw.pprof ./cmd/compare
+func BenchmarkMiddlewareRows(b *testing.B) {
+	const nips = 10_000
+	reqs := mwRequests(nips)
+	walk := make([]*http.Request, nips)
+	for j, k := range rand.New(rand.NewPCG(1, 2)).Perm(nips) {
+		walk[j] = reqs[k]
+	}
+	ctx := context.Background()
+	for _, r := range middlewareRows() {
+		b.Run(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(r.name), "_"), func(b *testing.B) {
+			h, err := r.wrap(mwHandler)
+			if err != nil {
+				b.Fatal(err)
+			}
+			serve := serveOne(h)
+			for _, req := range reqs {
+				if err := serve(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			j := 0
+			for range b.N {
+				if j++; j == nips {
+					j = 0
+				}
+				if err := serve(ctx, walk[j]); err != nil {
 					b.Fatal(err)
 				}
 			}
