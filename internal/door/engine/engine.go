@@ -190,9 +190,24 @@ func window(l tollgate.Limit) time.Duration {
 	return l.Period
 }
 
+// capacityBelow returns l's Capacity when a cost of n exceeds it, and 0
+// otherwise (a cost it can admit at once, or an invalid limit, which is
+// the store's to refuse). A cost of 1 or less never exceeds a valid
+// limit's capacity, which is at least 1: it is answered without reading
+// the capacity, a lookup in the limits' cache on every request.
+func capacityBelow(l tollgate.Limit, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	if c := l.Capacity(); c > 0 && n > c {
+		return c
+	}
+	return 0
+}
+
 // spend is Spend, or Reserve when reserve is set.
 func (q *Request) spend(p *Point, policy, key string, l tollgate.Limit, n int, reserve bool) (Step, int64) {
-	if c := l.Capacity(); c > 0 && n > c {
+	if c := capacityBelow(l, n); c > 0 {
 		// Over whatever the counter holds, and waiting will not help: the
 		// longest honest wait.
 		err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
@@ -257,7 +272,7 @@ func (q *Request) SpendAll(p *Point, policy, key string, ls []tollgate.Limit, n 
 	over := false
 	for _, l := range ls {
 		st := Step{Outcome: Allowed, Result: tollgate.Result{Limit: l}}
-		if c := l.Capacity(); c > 0 && n > c {
+		if c := capacityBelow(l, n); c > 0 {
 			err := fmt.Errorf("%w: cost %d, but %s admits at most %d at once", tollgate.ErrCostExceedsBurst, n, l, c)
 			st = Step{Outcome: deny(p), Result: tollgate.Result{Limit: l, RetryAfter: window(l)}, Err: err}
 			over = true
