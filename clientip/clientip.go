@@ -271,6 +271,9 @@ func (r *Resolver) AppendKey(dst []byte, a netip.Addr) []byte {
 	if !a.IsValid() {
 		return dst
 	}
+	if a.Is4() && (r.v4Bits == 0 || r.v4Bits == 32) {
+		return a.AppendTo(dst) // an IPv4 address keyed whole: itself
+	}
 	p := r.prefix(a)
 	if p.Bits() == p.Addr().BitLen() {
 		return p.Addr().AppendTo(dst)
@@ -293,6 +296,9 @@ func (r *Resolver) Key(req *http.Request) string {
 // host, as http.Request.RemoteAddr and gRPC's peer hold it. It returns the
 // zero Addr when it is not an IP address.
 func parsePeer(remoteAddr string) netip.Addr {
+	if a, ok := parseIPv4Host(remoteAddr); ok {
+		return a // the usual peer: an IPv4 address and a port
+	}
 	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
 		return ap.Addr().Unmap().WithZone("")
 	}
@@ -303,6 +309,9 @@ func parsePeer(remoteAddr string) netip.Addr {
 // parseHost parses an address as proxies write it: "192.0.2.1",
 // "192.0.2.1:8080", "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:8080".
 func parseHost(s string) (netip.Addr, bool) {
+	if a, ok := parseIPv4Host(s); ok {
+		return a, true
+	}
 	if s == "" {
 		return netip.Addr{}, false
 	}
@@ -320,6 +329,50 @@ func parseHost(s string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a.Unmap().WithZone(""), true
+}
+
+// parseIPv4Host is the quick way of parsePeer and parseHost for what they
+// mostly see: an IPv4 address in dotted decimal, alone or followed by ':'
+// and a port (anything without another ':'). It accepts only what
+// netip.ParseAddr accepts as IPv4 — four fields of 1 to 3 digits, none
+// above 255 nor starting with a 0 unless it is 0 — and returns the same
+// address; anything else is false, for the general way to decide.
+func parseIPv4Host(s string) (netip.Addr, bool) {
+	var (
+		ip     [4]byte
+		field  int
+		digits int
+		v      int
+	)
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 1 && v == 0 {
+				return netip.Addr{}, false // a leading zero
+			}
+			v = v*10 + int(c-'0')
+			digits++
+			if v > 255 {
+				return netip.Addr{}, false
+			}
+			continue
+		case c == '.' && field < 3 && digits > 0:
+			ip[field] = byte(v)
+			field, digits, v = field+1, 0, 0
+			continue
+		case c == ':':
+		default:
+			return netip.Addr{}, false
+		}
+		break // the port
+	}
+	if field != 3 || digits == 0 || strings.IndexByte(s[min(i+1, len(s)):], ':') >= 0 {
+		return netip.Addr{}, false
+	}
+	ip[3] = byte(v)
+	return netip.AddrFrom4(ip), true
 }
 
 // appendXFF appends the comma-separated entries of one X-Forwarded-For line,
