@@ -19,14 +19,17 @@ import (
 // a deadline is never more than a millisecond late, and a busy service
 // makes at most a thousand contexts a second.
 //
-// The current epoch is read with one atomic load; only the call that finds
-// it stale takes the lock to make the next one. Deadlines keep the
-// monotonic clock reading, so a step of the wall clock moves none of them.
+// The current epoch is read with one atomic load and one reading of the
+// monotonic clock (time.Since, half the cost of time.Now, which reads the
+// wall clock too); only the call that finds it stale takes the lock to
+// make the next one. Deadlines keep the monotonic clock reading, so a step
+// of the wall clock moves none of them.
 //
 // A Deadlines is safe for concurrent use. It holds no goroutine; the
 // contexts of the epochs that expired are released at the next rotation.
 type Deadlines struct {
 	timeout, step time.Duration
+	origin        time.Time // what epochs' until counts from, on the monotonic clock
 	cur           atomic.Pointer[epoch]
 
 	mu  sync.Mutex // serializes rotation
@@ -37,13 +40,13 @@ type epoch struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	deadline time.Time
-	until    time.Time // hand it out to calls starting before this
+	until    time.Duration // hand it out to calls starting before origin + until
 }
 
 // NewDeadlines returns Deadlines that give each call at least timeout
 // (which must be positive) and at most timeout + min(timeout/8, 1 ms).
 func NewDeadlines(timeout time.Duration) *Deadlines {
-	return &Deadlines{timeout: timeout, step: min(max(timeout/8, time.Microsecond), time.Millisecond)}
+	return &Deadlines{timeout: timeout, step: min(max(timeout/8, time.Microsecond), time.Millisecond), origin: time.Now()}
 }
 
 // Context returns a context with parent's values whose deadline is shared
@@ -121,7 +124,7 @@ func (d *Deadlines) AnswerIn(parent context.Context, room *Room) (ctx context.Co
 
 // current returns the epoch for a call starting now.
 func (d *Deadlines) current() *epoch {
-	if ep := d.cur.Load(); ep != nil && time.Now().Before(ep.until) {
+	if ep := d.cur.Load(); ep != nil && time.Since(d.origin) < ep.until {
 		return ep
 	}
 	return d.rotate()
@@ -133,7 +136,8 @@ func (d *Deadlines) rotate() *epoch {
 	// Read the clock under the lock: a caller that waited for it (or was
 	// descheduled) must not create an epoch that has already expired.
 	now := time.Now()
-	if ep := d.cur.Load(); ep != nil && now.Before(ep.until) {
+	elapsed := now.Sub(d.origin)
+	if ep := d.cur.Load(); ep != nil && elapsed < ep.until {
 		return ep // another call rotated first
 	}
 	// Release the epochs whose timers have fired: this only drops the
@@ -152,7 +156,7 @@ func (d *Deadlines) rotate() *epoch {
 	d.old = keep
 	deadline := now.Add(d.timeout + d.step)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	ep := &epoch{ctx: ctx, cancel: cancel, deadline: deadline, until: now.Add(d.step)}
+	ep := &epoch{ctx: ctx, cancel: cancel, deadline: deadline, until: elapsed + d.step}
 	d.old = append(d.old, ep)
 	d.cur.Store(ep)
 	return ep
