@@ -1,7 +1,10 @@
 package headers
 
-// Quota and Seconds are quota and seconds, for the external tests.
+import "github.com/tollgate/tollgate/internal/headerfmt"
+
+// Quota and Seconds are what the fields are made with, for the external
+// tests.
 var (
-	Quota   = quota
-	Seconds = seconds
+	Quota   = headerfmt.Quota
+	Seconds = headerfmt.Seconds
 )

@@ -47,34 +47,19 @@ package headers
 
 import (
 	"fmt"
-	"math"
-	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/store/calendar"
+	"github.com/tollgate/tollgate/internal/headerfmt"
 )
 
-// Canonical names of the fields Write sets, as http.Header keys them.
-const (
-	policyField         = "Ratelimit-Policy" // RateLimit-Policy
-	limitField          = "Ratelimit"        // RateLimit
-	oldLimitField       = "Ratelimit-Limit"
-	oldRemainingField   = "Ratelimit-Remaining"
-	oldResetField       = "Ratelimit-Reset"
-	xLimitField         = "X-Ratelimit-Limit"
-	xRemainingField     = "X-Ratelimit-Remaining"
-	xResetField         = "X-Ratelimit-Reset"
-	retryAfterField     = "Retry-After"
-	dryRunParam         = "tollgate-dry-run"
-	burstParam          = "tollgate-burst"
-	fromParam           = "tollgate-from"
-	maxFieldsPerWrite   = 9 // two draft fields, three and three older ones, Retry-After
-	stackBufferCapacity = 256
-)
+// maxFieldsPerWrite is how many fields Write sets at most: two draft
+// fields, three and three older ones, Retry-After.
+const maxFieldsPerWrite = headerfmt.MaxFields
 
 // Flavor selects which header fields Write sets. Flavors combine with |.
 // Retry-After is written whatever the flavour.
@@ -172,54 +157,24 @@ type Decision struct {
 // decisions, or only dry-run ones). Among denials it is the one with the
 // longest RetryAfter; when every binding decision allowed the request, the
 // one with the least Remaining, and among those the longest ResetAfter.
-func Binding(ds []Decision) int {
-	best := -1
-	for i := range ds {
-		d := &ds[i]
-		if d.DryRun || !d.From.IsZero() {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := &ds[best]
-		switch {
-		case !d.Result.Allowed && b.Result.Allowed:
-			best = i
-		case d.Result.Allowed != b.Result.Allowed:
-		case !d.Result.Allowed:
-			if d.Result.RetryAfter > b.Result.RetryAfter {
-				best = i
-			}
-		case d.Result.Remaining < b.Result.Remaining,
-			d.Result.Remaining == b.Result.Remaining && d.Result.ResetAfter > b.Result.ResetAfter:
-			best = i
-		}
-	}
-	return best
+func Binding(ds []Decision) int { return headerfmt.Binding(fmtDecisions(ds)) }
+
+// fmtDecisions is ds as headerfmt's Decisions, which are field for field
+// the same: the conversion below compiles only while they are.
+func fmtDecisions(ds []Decision) []headerfmt.Decision {
+	return unsafe.Slice((*headerfmt.Decision)(unsafe.Pointer(unsafe.SliceData(ds))), len(ds))
 }
 
-// seconds rounds d up to whole seconds, as Retry-After and the reset fields
-// need: a client told to come back in ⌊d⌋ seconds comes back early and is
-// denied again. It returns 0 for d ≤ 0.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
+var _ = headerfmt.Decision(Decision{})
 
 // RetryAfterSeconds returns the Retry-After value for a denial that may be
-// retried after d: seconds(d), but at least 1, because "Retry-After: 0" tells
-// a denied client to come straight back.
-func RetryAfterSeconds(d time.Duration) int64 {
-	return max(1, seconds(d))
-}
+// retried after d: d rounded up to whole seconds, but at least 1, because
+// "Retry-After: 0" tells a denied client to come straight back.
+func RetryAfterSeconds(d time.Duration) int64 { return headerfmt.RetryAfterSeconds(d) }
 
 // SetRetryAfter sets Retry-After in h to RetryAfterSeconds(d).
 func SetRetryAfter(h http.Header, d time.Duration) {
-	h[retryAfterField] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
+	h["Retry-After"] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
 }
 
 // Write sets the fields of flavour f in h from ds (one Decision per policy
@@ -234,7 +189,7 @@ func SetRetryAfter(h http.Header, d time.Duration) {
 // stores in h have no spare capacity: adding a value to a field copies it
 // first.
 func Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
-	write(h, f, now, nil, ds)
+	headerfmt.Write(h, headerfmt.Flavor(f), now, nil, nil, "", fmtDecisions(ds))
 }
 
 // Values is room for the slices Write stores in a header: one per field,
@@ -248,198 +203,5 @@ type Values [maxFieldsPerWrite]string
 // new array. h keeps them: v serves one header, and must not be reused
 // while h is in use.
 func (v *Values) Write(h http.Header, f Flavor, now time.Time, ds ...Decision) {
-	write(h, f, now, v[:], ds)
-}
-
-// write is Write, with room for the fields' slices in vals (at least
-// maxFieldsPerWrite of them), or in a new array when vals is nil.
-func write(h http.Header, f Flavor, now time.Time, vals []string, ds []Decision) {
-	if len(ds) == 0 {
-		return
-	}
-	var stack [stackBufferCapacity]byte
-	buf := stack[:0]
-	// ends[i] is where the value of names[i] ends in buf.
-	var (
-		names [maxFieldsPerWrite]string
-		ends  [maxFieldsPerWrite]int
-		n     int
-	)
-	field := func(name string) {
-		names[n], ends[n] = name, len(buf)
-		n++
-	}
-
-	if f&Draft != 0 {
-		for i := range ds {
-			if i > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = appendPolicyItem(buf, &ds[i])
-		}
-		field(policyField)
-		items := 0
-		for i := range ds {
-			if !ds[i].From.IsZero() {
-				continue // an announcement: nothing spent on it yet
-			}
-			if items > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = appendLimitItem(buf, &ds[i])
-			items++
-		}
-		if items > 0 {
-			field(limitField)
-		}
-	}
-	b := Binding(ds)
-	if b >= 0 && f&(RateLimitFields|XRateLimit) != 0 {
-		d := &ds[b]
-		q := singleLimit(d.Result.Limit)
-		reset := resetSeconds(&d.Result)
-		if f&RateLimitFields != 0 {
-			buf = strconv.AppendInt(buf, q, 10)
-			field(oldLimitField)
-			buf = strconv.AppendInt(buf, int64(max(0, d.Result.Remaining)), 10)
-			field(oldRemainingField)
-			buf = strconv.AppendInt(buf, reset, 10)
-			field(oldResetField)
-		}
-		if f&XRateLimit != 0 {
-			buf = strconv.AppendInt(buf, q, 10)
-			field(xLimitField)
-			buf = strconv.AppendInt(buf, int64(max(0, d.Result.Remaining)), 10)
-			field(xRemainingField)
-			buf = strconv.AppendInt(buf, now.Unix()+reset, 10)
-			field(xResetField)
-		}
-	}
-	if b >= 0 && !ds[b].Result.Allowed {
-		// The binding denial has the longest wait of all denials.
-		buf = strconv.AppendInt(buf, RetryAfterSeconds(ds[b].Result.RetryAfter), 10)
-		field(retryAfterField)
-	}
-	if n == 0 {
-		return
-	}
-
-	all := string(buf)
-	if vals == nil {
-		vals = make([]string, n)
-	}
-	start := 0
-	for i := 0; i < n; i++ {
-		vals[i] = all[start:ends[i]]
-		start = ends[i]
-		h[names[i]] = vals[i : i+1 : i+1]
-	}
-}
-
-// singleLimit is the number RateLimit-Limit and X-RateLimit-Limit carry:
-// the most Remaining can ever be, so that clients reading the pair see
-// Remaining count down from Limit. That is Burst for the bucket algorithms
-// and q for the window ones.
-func singleLimit(l tollgate.Limit) int64 {
-	switch l.Algorithm {
-	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
-		if l.Burst > 0 {
-			return int64(l.Burst)
-		}
-	}
-	q, _ := quota(l)
-	return q
-}
-
-// resetSeconds is the t parameter: when the request was denied, the first
-// moment it can pass; otherwise when the full allowance is back.
-func resetSeconds(r *tollgate.Result) int64 {
-	if !r.Allowed {
-		return RetryAfterSeconds(r.RetryAfter)
-	}
-	return seconds(r.ResetAfter)
-}
-
-// quota returns the q and w parameters of RateLimit-Policy for l: q units per
-// w whole seconds. A period that is not a whole number of seconds has its
-// window rounded up and its quota scaled down, so the policy never promises
-// more than the limit admits. A calendar window's w is its unit's longest
-// nominal length: 86400, 604800 or 2678400 (31 days); its RateLimit t says
-// when it ends. An invalid limit gives 0, 0.
-func quota(l tollgate.Limit) (q, w int64) {
-	if d := calendar.Nominal(l.Calendar.Unit); d > 0 && l.Rate >= 1 {
-		return int64(l.Rate), int64(d / time.Second)
-	}
-	if l.Rate < 1 || l.Period <= 0 {
-		return 0, 0
-	}
-	p := uint64(l.Period)
-	sec := uint64(time.Second)
-	if p%sec == 0 {
-		return int64(l.Rate), int64(p / sec)
-	}
-	wn := p/sec + 1
-	// q = ⌊Rate × w / Period⌋, in 128 bits: Rate × w × 1e9 overflows 64.
-	hi, lo := bits.Mul64(uint64(l.Rate), wn*sec)
-	if hi >= p {
-		return math.MaxInt64, int64(wn)
-	}
-	qn, _ := bits.Div64(hi, lo, p)
-	return int64(min(qn, math.MaxInt64)), int64(wn)
-}
-
-func appendPolicyItem(b []byte, d *Decision) []byte {
-	b = appendString(b, d.Policy)
-	q, w := quota(d.Result.Limit)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, q, 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, w, 10)
-	l := d.Result.Limit
-	switch l.Algorithm {
-	case tollgate.TokenBucket, tollgate.GCRA, tollgate.LeakyBucket:
-		if l.Burst != l.Rate && l.Burst > 0 {
-			b = append(b, ";"+burstParam+"="...)
-			b = strconv.AppendInt(b, int64(l.Burst), 10)
-		}
-	}
-	if d.DryRun {
-		b = append(b, ";"+dryRunParam...)
-	}
-	if !d.From.IsZero() {
-		b = append(b, ";"+fromParam+"="...)
-		b = strconv.AppendInt(b, d.From.Unix(), 10)
-	}
-	return b
-}
-
-func appendLimitItem(b []byte, d *Decision) []byte {
-	b = appendString(b, d.Policy)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, int64(max(0, d.Result.Remaining)), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, resetSeconds(&d.Result), 10)
-	if d.DryRun {
-		b = append(b, ";"+dryRunParam...)
-	}
-	return b
-}
-
-// appendString appends s as a structured-field String (RFC 9651 §3.3.3):
-// quoted, with '"' and '\' escaped; bytes outside printable ASCII, which a
-// String cannot hold, become '_'.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '_')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
+	headerfmt.Write(h, headerfmt.Flavor(f), now, v[:], nil, "", fmtDecisions(ds))
 }

@@ -234,10 +234,17 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	if c := l.conc; c != nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serve(w, r, next) })
 	}
+	if l.rules.Flavor()&^headers.Draft == 0 {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := l.rules.Start()
+			f := new(frame)
+			l.rules.Served(start, l.serve(w, r, next, &f.rules, f.fields[:], f.text[:]), &f.rules)
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := l.rules.Start()
-		f := new(frame)
-		l.rules.Served(start, l.serve(w, r, next, f), &f.rules)
+		f := new(wideFrame)
+		l.rules.Served(start, l.serve(w, r, next, &f.rules, f.fields[:], f.text[:]), &f.rules)
 	})
 }
 
@@ -245,21 +252,33 @@ const maxDecisions = 8 // on the stack; more policies spill to the heap
 
 // frame is what a request needs beyond the stack, in one allocation: the
 // rules' room for the store calls' context, which goes to the store, and
-// the slices of the header values, which the response keeps. With it, an
-// admitted request allocates three times: the frame, the store key (the
-// store keeps it) and the string of the header values.
+// the header fields' slices and the text of their values, which the
+// response keeps (Rules.WriteHeaders). With it, an admitted request
+// allocates twice: the frame and the store key (the store keeps it). It
+// holds the draft's fields (RateLimit-Policy, RateLimit, Retry-After),
+// and text enough for those of a policy or two; longer text is a string
+// of its own.
 type frame struct {
 	rules  ruleset.Scratch
-	values headers.Values
+	fields [3]string
+	text   [64]byte
+}
+
+// wideFrame is frame for a Limiter that writes more flavours than the
+// draft's: room for every field.
+type wideFrame struct {
+	rules  ruleset.Scratch
+	fields [9]string
+	text   [128]byte
 }
 
 // serve decides r, then runs next or writes the rejection, and returns how
-// the request left. f is the request's frame.
-func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler, f *frame) ruleset.Served {
+// the request left. s, fields and text are the request's frame.
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler, s *ruleset.Scratch, fields []string, text []byte) ruleset.Served {
 	var decs [maxDecisions]headers.Decision
 	ctx := r.Context()
-	v, ds := l.rules.Decide(ctx, call{r: r, ips: l.rules.ClientIP()}, decs[:0], &f.rules)
-	l.writeHeaders(w, &f.values, ds)
+	v, ds := l.rules.Decide(ctx, call{r: r, ips: l.rules.ClientIP()}, decs[:0], s)
+	l.rules.WriteHeaders(w.Header(), s, fields, text, ds)
 	if v.Outcome.Blocks() {
 		l.rejectVerdict(w, r, v)
 		return ruleset.Denied
@@ -267,30 +286,18 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	served := ruleset.Admitted
 	if v.Delay > 0 {
 		if err := l.wait(ctx, v.Delay); err != nil {
-			l.rules.Refund(ctx, &f.rules) // not served
+			l.rules.Refund(ctx, s) // not served
 			l.rejectWith(w, r, Rejection{Status: http.StatusServiceUnavailable, RetryAfter: v.Delay, Err: err})
 			return ruleset.Denied
 		}
 		served = ruleset.Delayed
 	}
-	if f.rules.Holds() {
-		l.serveSettled(w, r, next, &f.rules)
+	if s.Holds() {
+		l.serveSettled(w, r, next, s)
 		return served
 	}
 	next.ServeHTTP(w, r)
 	return served
-}
-
-func (l *Limiter) writeHeaders(w http.ResponseWriter, vals *headers.Values, ds []headers.Decision) {
-	if len(ds) == 0 {
-		return
-	}
-	flavor := l.rules.Flavor()
-	var now time.Time
-	if flavor&headers.XRateLimit != 0 {
-		now = l.rules.Now() // only X-RateLimit-Reset needs the time
-	}
-	vals.Write(w.Header(), flavor, now, ds...)
 }
 
 func (l *Limiter) rejectVerdict(w http.ResponseWriter, r *http.Request, v ruleset.Verdict) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/clientip"
@@ -15,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/door/engine"
 	"github.com/tollgate/tollgate/internal/door/settings"
 	"github.com/tollgate/tollgate/internal/door/storekey"
+	"github.com/tollgate/tollgate/internal/headerfmt"
 )
 
 // Spec is one rule as a transport hands it to NewRules, over requests of
@@ -162,9 +165,11 @@ type Scratch struct {
 	ctx  engine.Room
 	held []held // reservations of rules that settle
 	// arms holds the arm of each policy with a rollout that decided the
-	// request, when metrics are recorded (Served times it by arm).
-	arms    []armSeen
-	armsBuf [2]armSeen
+	// request, when metrics are recorded (Served times it by arm). It is
+	// allocated when the first is seen, not kept in the Scratch: only
+	// requests under a rollout need it, and every request carries the
+	// Scratch.
+	arms []armSeen
 }
 
 // keyBuffer is where Decide builds store keys. It would escape to the heap
@@ -221,9 +226,6 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		}
 		var arms *[]armSeen
 		if rs.metrics != nil {
-			if s.arms == nil {
-				s.arms = s.armsBuf[:0]
-			}
 			arms = &s.arms
 		}
 		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, arms, rs.set.Now)
@@ -305,3 +307,28 @@ func (rs *Rules[Req]) Sleep(ctx context.Context, d time.Duration) error {
 // ClientIP is the resolver set with WithClientIP (default: the peer
 // address).
 func (rs *Rules[Req]) ClientIP() *clientip.Resolver { return rs.set.ClientIP }
+
+// WriteHeaders sets in h the rate-limit fields of ds, the decisions Decide
+// appended for a request whose Scratch is s, in the flavours set with
+// WithHeaders, as headers.Write does, byte for byte. The fields' slices
+// go in fields and their values' text in text when there is room
+// (headerfmt.Write): memory of the response's own, kept by h, which must
+// not be written again.
+func (rs *Rules[Req]) WriteHeaders(h http.Header, s *Scratch, fields []string, text []byte, ds []headers.Decision) {
+	if len(ds) == 0 {
+		return
+	}
+	var now time.Time
+	if rs.set.Flavor&headers.XRateLimit != 0 {
+		now = rs.set.Now() // only X-RateLimit-Reset needs the time
+	}
+	headerfmt.Write(h, headerfmt.Flavor(rs.set.Flavor), now, fields, text, "", fmtDecisions(ds))
+}
+
+// fmtDecisions is ds as headerfmt's Decisions, which are field for field
+// the same: the conversion below compiles only while they are.
+func fmtDecisions(ds []headers.Decision) []headerfmt.Decision {
+	return unsafe.Slice((*headerfmt.Decision)(unsafe.Pointer(unsafe.SliceData(ds))), len(ds))
+}
+
+var _ = headerfmt.Decision(headers.Decision{})
