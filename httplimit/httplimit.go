@@ -256,12 +256,13 @@ const maxDecisions = 8 // on the stack; more policies spill to the heap
 // response keeps (Rules.WriteHeaders). With it, an admitted request
 // allocates twice: the frame and the store key (the store keeps it). It
 // holds the draft's fields (RateLimit-Policy, RateLimit, Retry-After),
-// and text enough for those of a policy or two; longer text is a string
-// of its own.
+// and text enough for those of a policy or two (RateLimit-Policy's value
+// is usually made beforehand, and needs none); longer text is a string of
+// its own.
 type frame struct {
 	rules  ruleset.Scratch
 	fields [3]string
-	text   [64]byte
+	text   [48]byte
 }
 
 // wideFrame is frame for a Limiter that writes more flavours than the

@@ -64,3 +64,6 @@ func (t *TestEngine) Deadline(ctx context.Context) (context.Context, context.Can
 func (t *TestEngine) Begin(ctx context.Context) engine.Request { return t.e.Begin(ctx) }
 
 var CheckPolicies = checkPolicies
+
+// PolicyMade is the RateLimit-Policy value Decide left in s ("" for none).
+func (s *Scratch) PolicyMade() string { return s.policy }

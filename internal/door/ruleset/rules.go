@@ -77,6 +77,11 @@ type prepared[Req any] struct {
 	cost         func(Req) int
 	settles      bool
 	r            *rule
+	// policyField is RateLimit-Policy's value when the rule's decisions
+	// on a request are one per policy, in order, each under the policy's
+	// limit (see policyField); "" when the policies are picked per
+	// request or announce a rollout.
+	policyField string
 }
 
 // MaxRules is how many rules one Rules takes. Each rule is about twenty
@@ -152,8 +157,44 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 	}
 	return prepared[Req]{
 		applies: s.Applies, key: key, prefix: s.Name + ":" + key.kindName() + ":",
-		policies: s.Policies, policiesFunc: s.PoliciesFunc, cost: s.Cost, settles: s.Settles, r: r,
+		policies: s.Policies, policyField: policyField(s.Policies, s.DryRun), policiesFunc: s.PoliciesFunc,
+		cost: s.Cost, settles: s.Settles, r: r,
 	}, nil
+}
+
+// policyField returns the value of RateLimit-Policy for the decisions of a
+// rule (dry run or not) under policies, one per policy in order, each
+// under its policy's limit: the same on every request, so made once here
+// and not on each response. It is "" for no policies, or when a policy has
+// a rollout, whose announcement is one more item.
+func policyField(policies []enforce.Policy, dryRun bool) string {
+	if len(policies) == 0 || slices.ContainsFunc(policies, func(p enforce.Policy) bool { return p.Rollout != nil }) {
+		return ""
+	}
+	ds := make([]headers.Decision, len(policies))
+	for i, p := range policies {
+		ds[i] = headers.Decision{Policy: p.Name, Result: tollgate.Result{Limit: p.Limit}, DryRun: dryRun}
+	}
+	h := http.Header{}
+	headers.Write(h, headers.Draft, time.Time{}, ds...)
+	return h.Get("RateLimit-Policy")
+}
+
+// madeOf reports whether ds, the decisions of the rule p on one request,
+// are those policyField was made of: one per policy, in order, each named
+// for it, under its limit and the rule's dry run, and none an
+// announcement. Then p.policyField is their RateLimit-Policy.
+func (p *prepared[Req]) madeOf(ds []headers.Decision, policies []enforce.Policy) bool {
+	if p.policyField == "" || len(ds) != len(policies) {
+		return false
+	}
+	for i := range ds {
+		d, pol := &ds[i], &policies[i]
+		if d.Policy != pol.Name || d.Result.Limit != pol.Limit || d.DryRun != p.r.dryRun || !d.From.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // Scratch is room for the context of a request's store calls, which
@@ -164,6 +205,10 @@ func prepare[Req any](m *Metrics, def Key[Req], s Spec[Req]) (prepared[Req], err
 type Scratch struct {
 	ctx  engine.Room
 	held []held // reservations of rules that settle
+	// policy is the value of RateLimit-Policy for the decisions Decide
+	// appended, when it was made beforehand (one rule decided); "" when
+	// it must be made from them.
+	policy string
 	// arms holds the arm of each policy with a rollout that decided the
 	// request, when metrics are recorded (Served times it by arm). It is
 	// allocated when the first is seen, not kept in the Scratch: only
@@ -186,9 +231,14 @@ var keyBuffers = sync.Pool{New: func() any { return new(keyBuffer) }}
 // whose Delay is the longest shaping delay of the rules. s is the
 // request's Scratch; if nil, Decide allocates one when a rule applies.
 // Rules that settle keep their reservations in s, for Settle; a request
-// Decide turns away gets them refunded.
+// Decide turns away gets them refunded. When RateLimit-Policy's value for
+// the decisions is known beforehand, Decide leaves it in s (Policy).
 func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decision, s *Scratch) (Verdict, []headers.Decision) {
 	var delay time.Duration
+	// policy is RateLimit-Policy's value for dst, made beforehand, while
+	// dst holds the decisions of one rule, those its field was made of;
+	// "" otherwise.
+	policy, alone := "", len(dst) == 0
 	q := rs.engine.Begin(ctx)
 	defer q.End()
 	kb := keyBuffers.Get().(*keyBuffer)
@@ -228,7 +278,16 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 		if rs.metrics != nil {
 			arms = &s.arms
 		}
+		before := len(dst)
 		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, arms, rs.set.Now)
+		if len(dst) > before {
+			policy = ""
+			if alone && p.madeOf(dst[before:], policies) {
+				policy = p.policyField
+			}
+			alone = false
+		}
+		s.policy = policy
 		if v.Outcome.Blocks() {
 			rs.Refund(ctx, s) // not served: nothing spent
 			return v, dst
@@ -313,7 +372,8 @@ func (rs *Rules[Req]) ClientIP() *clientip.Resolver { return rs.set.ClientIP }
 // WithHeaders, as headers.Write does, byte for byte. The fields' slices
 // go in fields and their values' text in text when there is room
 // (headerfmt.Write): memory of the response's own, kept by h, which must
-// not be written again.
+// not be written again. RateLimit-Policy is the value made beforehand
+// when Decide left one in s.
 func (rs *Rules[Req]) WriteHeaders(h http.Header, s *Scratch, fields []string, text []byte, ds []headers.Decision) {
 	if len(ds) == 0 {
 		return
@@ -322,7 +382,7 @@ func (rs *Rules[Req]) WriteHeaders(h http.Header, s *Scratch, fields []string, t
 	if rs.set.Flavor&headers.XRateLimit != 0 {
 		now = rs.set.Now() // only X-RateLimit-Reset needs the time
 	}
-	headerfmt.Write(h, headerfmt.Flavor(rs.set.Flavor), now, fields, text, "", fmtDecisions(ds))
+	headerfmt.Write(h, headerfmt.Flavor(rs.set.Flavor), now, fields, text, s.policy, fmtDecisions(ds))
 }
 
 // fmtDecisions is ds as headerfmt's Decisions, which are field for field
