@@ -35,7 +35,13 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/store/exact"
+	"github.com/tollgate/tollgate/internal/store/lentkeys"
 )
+
+// A Store copies every key it keeps (place), so a door may lend it keys.
+func init() {
+	lentkeys.Register(func(s tollgate.Store) bool { _, ok := s.(*Store); return ok })
+}
 
 // Store is an in-memory tollgate.Store. Create it with New; it is safe for
 // concurrent use.

@@ -3,6 +3,7 @@ package memorystore
 import (
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -88,14 +89,15 @@ func (sh *shard) find(h, kind uint64, key string) int {
 }
 
 // place puts a new entry in sh (locked, with room for it: at most half
-// full after it) and returns its index.
+// full after it) and returns its index. It keeps a copy of key: the
+// doors lend the store keys whose bytes they reuse (internal/store/lentkeys).
 func (sh *shard) place(h, kind uint64, key string) int {
 	mask := uint64(len(sh.tab) - 1)
 	i := h & mask
 	for sh.tab[i].kind != 0 {
 		i = (i + 1) & mask
 	}
-	sh.tab[i] = entry{hash: h, kind: kind, key: key}
+	sh.tab[i] = entry{hash: h, kind: kind, key: strings.Clone(key)}
 	sh.n++
 	return int(i)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/door/settings"
 	"github.com/tollgate/tollgate/internal/door/storekey"
 	"github.com/tollgate/tollgate/internal/headerfmt"
+	"github.com/tollgate/tollgate/internal/store/lentkeys"
 )
 
 // Spec is one rule as a transport hands it to NewRules, over requests of
@@ -60,6 +61,9 @@ type Rules[Req any] struct {
 	set     settings.Door
 	pkg     string // starts error messages
 	settles bool   // some rule settles
+	// lend: the store copies a key it keeps, so the rules that do not
+	// settle lend it keys in a reused buffer (internal/store/lentkeys).
+	lend bool
 	// rollouts: some rule has a policy with a rollout, or picks its
 	// policies per request (which may have one)
 	rollouts bool
@@ -111,7 +115,7 @@ func NewRules[Req any](pkg, subsystem string, store tollgate.Store, def Key[Req]
 		}
 		metrics = m
 	}
-	rs := &Rules[Req]{metrics: metrics, engine: newEngine(store, set), set: set, pkg: pkg}
+	rs := &Rules[Req]{metrics: metrics, engine: newEngine(store, set), set: set, pkg: pkg, lend: lentkeys.Lend(store)}
 	rs.badLog.Every = set.LogEvery
 	seen := map[string]bool{}
 	for _, s := range specs {
@@ -220,7 +224,9 @@ type Scratch struct {
 // keyBuffer is where Decide builds store keys. It would escape to the heap
 // (the rules' key funcs see it), and a request's keys are done with when
 // Decide returns (the store gets a copy), so buffers are reused, from
-// keyBuffers: a request allocates only its keys' strings.
+// keyBuffers: a request allocates only its keys' strings, and none when
+// the store is lent its keys (a rule that settles keeps its keys after
+// Decide, and always gets strings of their own).
 type keyBuffer [160]byte // a longer key grows on the heap
 
 var keyBuffers = sync.Pool{New: func() any { return new(keyBuffer) }}
@@ -279,7 +285,17 @@ func (rs *Rules[Req]) Decide(ctx context.Context, req Req, dst []headers.Decisio
 			arms = &s.arms
 		}
 		before := len(dst)
-		v, dst = p.r.decide(&q, storekey.String(b, len(p.prefix)), policies, cost, dst, i, hold, arms, rs.set.Now)
+		var key string
+		if rs.lend && !p.settles {
+			// Lent: valid until the store call returns, as nothing
+			// else keeps it (derived keys, of rollouts and penalties,
+			// are strings of their own).
+			b = storekey.Bytes(b, len(p.prefix))
+			key = unsafe.String(unsafe.SliceData(b), len(b))
+		} else {
+			key = storekey.String(b, len(p.prefix))
+		}
+		v, dst = p.r.decide(&q, key, policies, cost, dst, i, hold, arms, rs.set.Now)
 		if len(dst) > before {
 			policy = ""
 			if alone && p.madeOf(dst[before:], policies) {

@@ -27,14 +27,19 @@ import (
 // in a literal key: rule and kind names never contain ':', so a literal
 // key always has a ':' after its kind, and a hashed key never has one
 // after its rule name; the service's keys all start with "rl|" or "rl#".
-func String(b []byte, prefixLen int) string {
+func String(b []byte, prefixLen int) string { return string(Bytes(b, prefixLen)) }
+
+// Bytes is String without the string: the store key's bytes, made in b
+// (which it may extend), for a caller that lends them to a store that
+// copies a key it keeps (internal/store/lentkeys).
+func Bytes(b []byte, prefixLen int) []byte {
 	if len(b) > tollgate.MaxKeyLen {
 		sum := sha256.Sum256(b[prefixLen:])
 		b = b[:prefixLen]
 		b[prefixLen-1] = '#'
 		b = hex.AppendEncode(b, sum[:])
 	}
-	return string(b)
+	return b
 }
 
 // Shadow returns the store key on which a rollout's new limit is tried in
