@@ -21,7 +21,9 @@ test: deps
 # bench measures tollgate against its peers side by side, in one run, and
 # prints the ratios (bench/RESULTS.md): the Redis rows against
 # go-redis/redis_rate, the memory rows against throttled and
-# sethvargo/go-limiter on 100,000 live keys, then the decision service
+# sethvargo/go-limiter on 100,000 live keys, the HTTP middleware rows
+# against sethvargo/go-limiter's httplimit and go-chi/httprate, then the
+# decision service
 # (bench/serveload), against envoyproxy/ratelimit when ENVOY_RATELIMIT
 # names its binary (built from its own source, never kept here).
 bench: deps

@@ -254,7 +254,9 @@ const maxDecisions = 8 // on the stack; more policies spill to the heap
 // rules' room for the store calls' context, which goes to the store, and
 // the header fields' slices and the text of their values, which the
 // response keeps (Rules.WriteHeaders). With it, an admitted request
-// allocates twice: the frame and the store key (the store keeps it). It
+// allocates once on memorystore, which is lent its keys (see
+// internal/store/lentkeys), and twice on other stores: the frame and the
+// store key, which such a store may keep. It
 // holds the draft's fields (RateLimit-Policy, RateLimit, Retry-After),
 // and text enough for those of a policy or two (RateLimit-Policy's value
 // is usually made beforehand, and needs none); longer text is a string of
