@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/grpclimit"
+	"github.com/tollgate/tollgate/internal/test/promtest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 )
 
@@ -62,7 +63,7 @@ func TestRolloutAcrossTheSwitch(t *testing.T) {
 				arm, decision string
 				want          uint64
 			}{{"announced", "admitted", 2}, {"rolled", "denied", 1}, {"rolled", "admitted", 0}} {
-				got := testkit.HistogramCount(t, reg, "tollgate_grpc_rollout_request_duration_seconds",
+				got := promtest.HistogramCount(t, reg, "tollgate_grpc_rollout_request_duration_seconds",
 					map[string]string{"rule": "health", "policy": "daily", "arm": tc.arm, "decision": tc.decision})
 				if got != tc.want {
 					t.Errorf("rollout_request_duration_seconds{arm=%q, decision=%q}: %d calls, want %d", tc.arm, tc.decision, got, tc.want)

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/enforce"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/test/promtest"
 	"github.com/tollgate/tollgate/internal/test/testkit"
 	"github.com/tollgate/tollgate/memorystore"
 )
@@ -91,7 +92,7 @@ func TestRolloutAcrossTheSwitch(t *testing.T) {
 			arm, decision string
 			want          uint64
 		}{{"announced", "admitted", 7}, {"rolled", "denied", 1}, {"base", "admitted", 1}, {"rolled", "admitted", 0}} {
-			got := testkit.HistogramCount(t, reg, "tollgate_http_rollout_request_duration_seconds",
+			got := promtest.HistogramCount(t, reg, "tollgate_http_rollout_request_duration_seconds",
 				map[string]string{"rule": "api", "policy": "daily", "arm": tc.arm, "decision": tc.decision})
 			if got != tc.want {
 				t.Errorf("rollout_request_duration_seconds{arm=%q, decision=%q}: %d requests, want %d", tc.arm, tc.decision, got, tc.want)
