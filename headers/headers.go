@@ -150,11 +150,17 @@ type Decision struct {
 	// only, with the Integer parameter tollgate-from, From in Unix seconds
 	// (rounded down), and is never binding.
 	From time.Time
+	// PolicyOnly lists the decision in RateLimit-Policy only, never
+	// binding: a limit the request was checked against that another
+	// decision of the response stands for in RateLimit and the
+	// single-value flavours, such as a limit of a set decided together
+	// (tollgate.Combiner) that was not the one that decided.
+	PolicyOnly bool
 }
 
 // Binding returns the index of the decision that decides the request and
 // is reported in the single-value flavours, or -1 when there is none (no
-// decisions, or only dry-run ones). Among denials it is the one with the
+// decisions, or only dry-run ones, announcements and PolicyOnly ones). Among denials it is the one with the
 // longest RetryAfter; when every binding decision allowed the request, the
 // one with the least Remaining, and among those the longest ResetAfter.
 func Binding(ds []Decision) int { return headerfmt.Binding(fmtDecisions(ds)) }

@@ -444,3 +444,29 @@ func TestWriteAnnounced(t *testing.T) {
 		}
 	}
 }
+
+// TestWritePolicyOnly: a decision another stands for (a limit of a set
+// that did not decide it) is listed in RateLimit-Policy only, and is never
+// binding, even when it has less left.
+func TestWritePolicyOnly(t *testing.T) {
+	t.Parallel()
+	ds := []headers.Decision{
+		{Policy: "second", Result: tollgate.Result{Allowed: true, Limit: tollgate.PerSecond(10), Remaining: 1, ResetAfter: time.Second}, PolicyOnly: true},
+		{Policy: "day", Result: tollgate.Result{Allowed: true, Limit: tollgate.PerDay(1000), Remaining: 900, ResetAfter: time.Hour}},
+	}
+	h := http.Header{}
+	headers.Write(h, headers.Draft|headers.RateLimitFields, t0, ds...)
+	if got := parseList(t, h, "RateLimit-Policy"); len(got) != 2 || got[0].Name != "second" || got[1].Name != "day" {
+		t.Errorf("RateLimit-Policy = %+v, want second and day", got)
+	}
+	wantLimit := []item{{"day", map[string]any{"r": int64(900), "t": int64(3600)}}}
+	if got := parseList(t, h, "RateLimit"); !reflect.DeepEqual(got, wantLimit) {
+		t.Errorf("RateLimit = %+v\nwant %+v", got, wantLimit)
+	}
+	if got, want := h.Get("RateLimit-Remaining"), "900"; got != want {
+		t.Errorf("RateLimit-Remaining = %q, want %q (day stands for the set)", got, want)
+	}
+	if got, want := headers.Binding(ds), 1; got != want {
+		t.Errorf("Binding = %d, want %d", got, want)
+	}
+}

@@ -55,6 +55,8 @@ type Decision struct {
 	Result tollgate.Result
 	DryRun bool
 	From   time.Time
+	// PolicyOnly: listed in RateLimit-Policy only, never binding.
+	PolicyOnly bool
 }
 
 // Binding is headers.Binding: it returns the index of the decision that decides the request and
@@ -66,7 +68,7 @@ func Binding(ds []Decision) int {
 	best := -1
 	for i := range ds {
 		d := &ds[i]
-		if d.DryRun || !d.From.IsZero() {
+		if d.DryRun || !d.From.IsZero() || d.PolicyOnly {
 			continue
 		}
 		if best < 0 {
@@ -148,8 +150,8 @@ func Write(h http.Header, f Flavor, now time.Time, vals []string, text []byte, p
 		field(policyField)
 		items := 0
 		for i := range ds {
-			if !ds[i].From.IsZero() {
-				continue // an announcement: nothing spent on it yet
+			if !ds[i].From.IsZero() || ds[i].PolicyOnly {
+				continue // an announcement (nothing spent on it yet), or stood for
 			}
 			if items > 0 {
 				buf = append(buf, ", "...)

@@ -496,7 +496,6 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 	}
 	var stack [4]headers.Decision
 	hds := stack[:0]
-	var rl []headers.Decision // RateLimit's, when a set's limits are among hds
 	var failWait time.Duration
 	for i := range items {
 		a := &answers[i]
@@ -504,12 +503,7 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 			failWait = s.failRetry
 		}
 		if a.decided && a.set != nil && rated(a.o) {
-			if rl == nil {
-				rl = append(make([]headers.Decision, 0, len(hds)+1), hds...)
-			}
-			var at int
-			hds, at = s.setDecisions(hds, items[i].rule, a)
-			rl = append(rl, hds[at])
+			hds = s.setDecisions(hds, items[i].rule, a)
 			continue
 		}
 		if a.decided && items[i].rule.Concurrency == nil && rated(a.o) {
@@ -520,17 +514,14 @@ func (s *Server) headerFields(p *parts, items []item, answers []answered, inResp
 				hd.Result.Remaining = 0
 			}
 			hds = append(hds, hd)
-			if rl != nil {
-				rl = append(rl, hd)
-			}
 			if items[i].rollout && items[i].arm == rollout.Announced {
 				hds = append(hds, announcement(items[i].rule))
 			}
 		}
 	}
 	if inResponse {
-		s.addHeaders(p, hds, rl, failWait, p.resp.OverallCode)
+		s.addHeaders(p, hds, failWait, p.resp.OverallCode)
 		return nil
 	}
-	return s.httpHeader(hds, rl, failWait, p.resp.OverallCode)
+	return s.httpHeader(hds, failWait, p.resp.OverallCode)
 }

@@ -63,32 +63,28 @@ func headerDecision(r *config.Rule, o engine.Outcome, res tollgate.Result) heade
 	return headers.Decision{Policy: policy, Result: res, DryRun: r.DryRun}
 }
 
-// httpHeader returns the header fields of hds (and rl, see writeHeader),
-// in the server's flavor, as an HTTP header, or nil when there are none.
-func (s *Server) httpHeader(hds, rl []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) http.Header {
+// httpHeader returns the header fields of hds, in the server's flavor, as
+// an HTTP header, or nil when there are none.
+func (s *Server) httpHeader(hds []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) http.Header {
 	if len(hds) == 0 && failWait == 0 {
 		return nil
 	}
 	h := make(http.Header, 3)
-	s.writeHeader(h, nil, hds, rl, failWait, overall)
+	s.writeHeader(h, nil, hds, failWait, overall)
 	return h
 }
 
 // writeHeader writes the header fields of hds into h, their slices in vals
-// when it is not nil (headers.Values.Write). rl, when not nil, are the
-// decisions the RateLimit field lists instead of all of hds: a response
-// with a set's limits among hds lists only the limit that decided the set
-// there (set.go). failWait, when positive, is the wait of a rule that
-// failed closed: Retry-After is at least that.
-func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds, rl []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) {
+// when it is not nil (headers.Values.Write). A set's limits are among hds,
+// the one that decided standing for the others (set.go). failWait, when
+// positive, is the wait of a rule that failed closed: Retry-After is at
+// least that.
+func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) {
 	if overall == pb.RateLimitResponse_OK {
 		// The global dry run or quota_mode let the request through:
 		// no Retry-After for a request that passes.
 		for i := range hds {
 			hds[i].Result.Allowed = true
-		}
-		for i := range rl {
-			rl[i].Result.Allowed = true
 		}
 	}
 	// The clock is read only for X-RateLimit-Reset, the one field that
@@ -101,9 +97,6 @@ func (s *Server) writeHeader(h http.Header, vals *headers.Values, hds, rl []head
 		vals.Write(h, s.hdr.flavor, now, hds...)
 	} else {
 		headers.Write(h, s.hdr.flavor, now, hds...)
-	}
-	if rl != nil && s.hdr.flavor&headers.Draft != 0 {
-		setRateLimit(h, rl)
 	}
 	if failWait > 0 {
 		// The longest wait wins: the store's for a denial, or the guess
@@ -138,13 +131,13 @@ var scratchHeaders = sync.Pool{New: func() any { return &scratch{h: make(http.He
 // addHeaders writes the header fields of hds into p's response as
 // response_headers_to_add, in headerOrder, making them in p's room where
 // there is enough.
-func (s *Server) addHeaders(p *parts, hds, rl []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) {
+func (s *Server) addHeaders(p *parts, hds []headers.Decision, failWait time.Duration, overall pb.RateLimitResponse_Code) {
 	if len(hds) == 0 && failWait == 0 {
 		return
 	}
 	sc := scratchHeaders.Get().(*scratch)
 	h := sc.h
-	s.writeHeader(h, &sc.vals, hds, rl, failWait, overall)
+	s.writeHeader(h, &sc.vals, hds, failWait, overall)
 	n := len(h)
 	if n > cap(p.hdrs) {
 		p.hdrs, p.hdrPtrs = make([]core.HeaderValue, 0, n), make([]*core.HeaderValue, 0, n)

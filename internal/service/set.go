@@ -1,9 +1,6 @@
 package service
 
 import (
-	"net/http"
-	"time"
-
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -257,10 +254,10 @@ func (s *Server) countSetEnvoy(it *item, j int, name string, h [numEnvoyStats]ui
 }
 
 // setDecisions appends to hds the header fields' view of every limit of
-// a set's answer a, each a policy named after the limit, and returns it
-// with the index in it of the limit that decided.
-func (s *Server) setDecisions(hds []headers.Decision, r *config.Rule, a *answered) ([]headers.Decision, int) {
-	at := len(hds) + a.at
+// a set's answer a, each a policy named after the limit: the limit that
+// decided stands for the set in RateLimit and the single-value fields,
+// the others are listed in RateLimit-Policy only.
+func (s *Server) setDecisions(hds []headers.Decision, r *config.Rule, a *answered) []headers.Decision {
 	for j := range a.set {
 		l := &r.Set[j]
 		policy := l.Name
@@ -272,20 +269,7 @@ func (s *Server) setDecisions(hds []headers.Decision, r *config.Rule, a *answere
 		if s.envoy.compat && a.o != engine.Allowed {
 			res.Remaining = 0 // as the status says (spendSet)
 		}
-		hds = append(hds, headers.Decision{Policy: policy, Result: res, DryRun: r.DryRun})
+		hds = append(hds, headers.Decision{Policy: policy, Result: res, DryRun: r.DryRun, PolicyOnly: j != a.at})
 	}
-	return hds, at
-}
-
-// setRateLimit replaces the RateLimit field of h, written from every
-// decision, by one written from rl only: a set's deciding limit stands
-// for the set there, while RateLimit-Policy lists all of its limits.
-func setRateLimit(h http.Header, rl []headers.Decision) {
-	tmp := make(http.Header, 1)
-	headers.Write(tmp, headers.Draft, time.Time{}, rl...)
-	if v, ok := tmp["Ratelimit"]; ok {
-		h["Ratelimit"] = v
-	} else {
-		delete(h, "Ratelimit")
-	}
+	return hds
 }

@@ -194,7 +194,7 @@ func (p *prepared[Req]) madeOf(ds []headers.Decision, policies []enforce.Policy)
 	}
 	for i := range ds {
 		d, pol := &ds[i], &policies[i]
-		if d.Policy != pol.Name || d.Result.Limit != pol.Limit || d.DryRun != p.r.dryRun || !d.From.IsZero() {
+		if d.Policy != pol.Name || d.Result.Limit != pol.Limit || d.DryRun != p.r.dryRun || !d.From.IsZero() || d.PolicyOnly {
 			return false
 		}
 	}
