@@ -14,7 +14,9 @@ var _ tollgate.Combiner = (*Store)(nil)
 // AllowAll implements tollgate.Combiner through the global store, which
 // must be a tollgate.Combiner itself (redisstore and memorystore are): the
 // set is decided in one global call, through the breaker and bounded by the
-// store's timeout as AllowN's calls are.
+// store's timeout as AllowN's calls are. Over a global store that is not,
+// every set fails, so a middleware rule of several policies answers by its
+// failure mode: its policies are decided together only over a Combiner.
 //
 // The local tier answers none of it. A remembered denial is one limit's,
 // and the set needs every limit's Result; a lease holds tokens of one limit
@@ -23,9 +25,9 @@ var _ tollgate.Combiner = (*Store)(nil)
 // the one AllowN would have given it, at the set's cost or, for a limit
 // that only looked, at 0), so that an admission forgets the denials it
 // made too short and a denial can answer the key's next single requests
-// locally. When the global store fails,
-// degraded mode decides the set in the local memorystore at each limit's
-// local share, all or nothing as well.
+// locally. When the global store fails, degraded mode decides the set in
+// the local memorystore at each limit's local share, all or nothing as
+// well.
 func (s *Store) AllowAll(ctx context.Context, key string, limits []tollgate.Limit, n int, dst []tollgate.Result) ([]tollgate.Result, error) {
 	var pbuf [4]tollgate.Params
 	ps, err := tollgate.CheckAll(key, limits, n, pbuf[:0])
