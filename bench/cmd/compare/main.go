@@ -2,7 +2,8 @@
 // in one run, on one redis-server it starts itself, and prints markdown
 // tables: decisions per second, latency percentiles, allocations per
 // decision, the Redis server's CPU time and commands per decision, and the
-// ratio of each tollgate row to each peer.
+// ratio of each tollgate row to each peer, and last, each path against its
+// goal (goals.go).
 //
 //	cd bench && go run ./cmd/compare            # everything, about 2.5 minutes
 //	go run ./cmd/compare -only 'token_bucket|redis_rate' -d 2s
@@ -107,7 +108,9 @@ func run(args []string, out io.Writer) error {
 			redisRes[i].f.add(f)
 		}
 	}
+	var verdicts goals
 	if len(redisRes) > 0 {
+		verdicts.redis(redisRes)
 		fmt.Fprintf(out, "### Redis-backed: %d goroutines, %d keys, one redis-server on loopback\n\n", *goroutines, *nkeys)
 		table(out, redisRes, true)
 		ratios(out, redisRes)
@@ -115,9 +118,11 @@ func run(args []string, out io.Writer) error {
 
 	if !*noMem {
 		if rows := filterRows(memoryRows(), filter); len(rows) > 0 {
-			if err := memoryTables(out, rows, *rounds, *memKeys); err != nil {
+			res, err := memoryTables(out, rows, *rounds, *memKeys)
+			if err != nil {
 				return err
 			}
+			verdicts.memory(res)
 		}
 	}
 	if !*noMW {
@@ -128,11 +133,14 @@ func run(args []string, out io.Writer) error {
 			}
 		}
 		if len(rows) > 0 {
-			if err := middlewareTables(out, rows, *rounds, *mwIPs); err != nil {
+			res, err := middlewareTables(out, rows, *rounds, *mwIPs)
+			if err != nil {
 				return err
 			}
+			verdicts.middleware(res)
 		}
 	}
+	verdicts.print(out)
 	return nil
 }
 

@@ -204,7 +204,7 @@ type memResult struct {
 // memoryTables measures the in-memory rows over nkeys keys each and prints
 // their table and their ratios to the peers (see interleave for how the
 // rows take turns).
-func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
+func memoryTables(out io.Writer, rows []row, rounds, nkeys int) ([]memResult, error) {
 	g := runtime.GOMAXPROCS(0)
 	res := make([]memResult, len(rows))
 	cs := make([][2]*chunker, len(rows)) // serial, parallel
@@ -212,13 +212,13 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 	for i, r := range rows {
 		decide, err := r.build(nil)
 		if err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
+			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
 		// Every key holds state before anything is measured.
 		ks := keys(fmt.Sprintf("m%d:", i), nkeys)
 		for _, k := range ks {
 			if err := decide(context.Background(), k); err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
+				return nil, fmt.Errorf("%s: %w", r.name, err)
 			}
 		}
 		res[i].row = r
@@ -232,7 +232,7 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 	}
 	fs, err := interleave(names, cs, rounds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i := range res {
 		res[i].f = fs[i]
@@ -247,7 +247,7 @@ func memoryTables(out io.Writer, rows []row, rounds, nkeys int) error {
 	}
 	fmt.Fprintln(out)
 	memRatios(out, res)
-	return nil
+	return res, nil
 }
 
 // interleave measures rows of chunkers, serial and parallel (cs[i][0] and

@@ -26,13 +26,7 @@ import (
 // hold state already, under a limit no address comes near: 1,000,000 a
 // second, so every request is admitted and the handler runs. What is
 // measured is what the middleware costs a request on its usual path.
-const (
-	mwRate = 1_000_000
-	// mwGoal is the ratio to the fastest peer that tollgate's middleware
-	// aims at, serially, with at most mwGoalAllocs allocations a request.
-	mwGoal       = 1.2
-	mwGoalAllocs = 2
-)
+const mwRate = 1_000_000
 
 // mwRow is one middleware: how to wrap the handler, and what it is.
 type mwRow struct {
@@ -163,7 +157,7 @@ type mwResult struct {
 // addresses, taking turns chunk by chunk as the in-memory rows do, and
 // prints their table, their ratios to the peers and how tollgate's row
 // stands against the fastest peer and the goal.
-func middlewareTables(out io.Writer, rows []mwRow, rounds, nips int) error {
+func middlewareTables(out io.Writer, rows []mwRow, rounds, nips int) ([]mwResult, error) {
 	g := runtime.GOMAXPROCS(0)
 	reqs := mwRequests(nips)
 	res := make([]mwResult, len(rows))
@@ -173,13 +167,13 @@ func middlewareTables(out io.Writer, rows []mwRow, rounds, nips int) error {
 	for i, r := range rows {
 		h, err := r.wrap(mwHandler)
 		if err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
+			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
 		// Every address holds state before anything is measured.
 		serve := serveOne(h)
 		for _, req := range reqs {
 			if err := serve(context.Background(), req); err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
+				return nil, fmt.Errorf("%s: %w", r.name, err)
 			}
 		}
 		res[i].mwRow, names[i] = r, r.name
@@ -189,7 +183,7 @@ func middlewareTables(out io.Writer, rows []mwRow, rounds, nips int) error {
 	}
 	fs, err := interleave(names, cs, rounds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i := range res {
 		res[i].f = fs[i]
@@ -207,33 +201,5 @@ func middlewareTables(out io.Writer, rows []mwRow, rounds, nips int) error {
 		func(r, p mwResult) (float64, float64) {
 			return r.f.serial.pairedRatio(&p.f.serial), r.f.parallel.pairedRatio(&p.f.parallel)
 		})
-	mwGoalLine(out, res)
-	return nil
-}
-
-// mwGoalLine says, for each tollgate row, how it stands against the
-// fastest peer (by serial ns/op) and the goal.
-func mwGoalLine(out io.Writer, res []mwResult) {
-	fastest := -1
-	for i, r := range res {
-		if r.peer != "" && (fastest < 0 || r.f.serial.median() < res[fastest].f.serial.median()) {
-			fastest = i
-		}
-	}
-	if fastest < 0 {
-		return
-	}
-	p := &res[fastest]
-	for _, r := range res {
-		if r.peer != "" {
-			continue
-		}
-		ratio, allocs := r.f.serial.pairedRatio(&p.f.serial), r.f.serial.allocsPerOp()
-		verdict := "met"
-		if ratio < mwGoal || allocs > mwGoalAllocs {
-			verdict = "not met"
-		}
-		fmt.Fprintf(out, "%s against the fastest peer, %s: %.2f× serially (%.2f× in parallel), %.2f allocs/op; goal ≥ %.1f× with ≤ %d allocs: %s.\n\n",
-			r.name, p.peer, ratio, r.f.parallel.pairedRatio(&p.f.parallel), allocs, mwGoal, mwGoalAllocs, verdict)
-	}
+	return res, nil
 }
