@@ -11,8 +11,9 @@
 // global lock) and allocates nothing for a key that exists. Memory is
 // bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
 // table, which is kept between a quarter and half full (128 to 256 bytes a
-// key), plus the key itself and 8 bytes per admitted request a sliding
-// window log remembers. On a store whose tables take 8 MiB or more, the
+// key; a key of up to 16 bytes is kept in its entry, a longer one apart,
+// in its own bytes and a string's 16), plus 8 bytes per admitted request a
+// sliding window log remembers. On a store whose tables take 8 MiB or more, the
 // shards' tables of one size are allocated together, in one block, once
 // half the shards need one of that size, and every shard then moves into
 // it, the other half a little early: the tables take about 256 bytes a key
@@ -439,36 +440,30 @@ func (s *Store) insert(sh *shard, h, kind uint64, key string, now int64) int {
 // full, evicts the live one nearest to expiring.
 func (s *Store) reclaim(sh *shard, h uint64, now int64) {
 	const samples = 4
-	type sample struct {
-		hash, kind uint64
-		key        string
-		expires    int64
-	}
 	var (
-		got    [samples]sample
+		got    [samples]entry
 		k      int
 		victim = -1
 	)
-	// Removing an entry moves others, so the samples are taken first and
+	// Removing an entry moves others, so the samples are copied first and
 	// found again to be removed.
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; k < samples && k < sh.n; i = (i + 1) & mask {
 		if e := &sh.tab[i]; e.kind != 0 {
-			got[k] = sample{e.hash, e.kind, e.key, e.expires}
+			got[k] = *e
 			k++
 		}
 	}
-	for j, g := range got[:k] {
-		switch {
+	for j := range got[:k] {
+		switch g := &got[j]; {
 		case g.expires <= now:
-			sh.remove(sh.find(g.hash, g.kind, g.key))
+			sh.remove(sh.findEntry(g))
 		case victim < 0 || g.expires < got[victim].expires:
 			victim = j
 		}
 	}
 	if sh.n >= s.perShard && victim >= 0 {
-		g := got[victim]
-		sh.remove(sh.find(g.hash, g.kind, g.key))
+		sh.remove(sh.findEntry(&got[victim]))
 		sh.evictions.Add(1)
 	}
 }
