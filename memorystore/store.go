@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,8 +50,9 @@ func init() {
 type Store struct {
 	permits  *permitTable // the concurrency limits, apart from the rate limits
 	shards   []shard
-	shift    uint // a hash's top bits pick its shard: hash >> shift
-	seed     maphash.Seed
+	shift    uint             // a hash's top bits pick its shard: hash >> shift
+	seed     maphash.Seed     // the hash of a key longer than inlineKey
+	seeds    [4]uint64        // the hash of a shorter one: see hashKey
 	now      func() time.Time // nil: the monotonic clock below
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
@@ -201,6 +203,9 @@ func New(opts ...Option) *Store {
 		perShard: max(1, (c.maxKeys+n-1)/n),
 	}
 	s.startUS = s.start.UnixMicro()
+	for i := range s.seeds {
+		s.seeds[i] = rand.Uint64()
+	}
 	for i := range s.shards {
 		s.shards[i].index = i
 	}

@@ -60,7 +60,8 @@ func tagOf(h uint64, key string) uint64 {
 // keyWords returns the bytes of a key of 1 to inlineKey bytes as two
 // words: with its length, which its tag holds, they are the key's and no
 // other's. (From 8 bytes on, the first eight and the last eight, which
-// overlap below 16; from 4, the first four and the last four.)
+// overlap below 16; from 4, the first four and the last four; below 4,
+// the first, middle and last byte.)
 func keyWords(key string) (w0, w1 uint64) {
 	b := unsafe.Slice(unsafe.StringData(key), len(key))
 	switch n := len(b); {
@@ -69,11 +70,26 @@ func keyWords(key string) (w0, w1 uint64) {
 	case n >= 4:
 		return uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<32, 0
 	default:
-		for i, c := range b {
-			w0 |= uint64(c) << (8 * i)
-		}
-		return w0, 0
+		return uint64(b[0]) | uint64(b[n/2])<<8 | uint64(b[n-1])<<16, 0
 	}
+}
+
+// hashKey returns the hash of key. A key kept in its entry is hashed from
+// its words, which the look-up compares too, by two multiplications
+// keyed by the store's random seeds, as the runtime hashes where the CPU
+// has no AES instructions; a longer one by maphash.
+func (s *Store) hashKey(key string) uint64 {
+	if len(key) > inlineKey {
+		return maphash.String(s.seed, key)
+	}
+	w0, w1 := keyWords(key)
+	return mix(mix(w0^s.seeds[0], w1^s.seeds[1])^s.seeds[2], uint64(len(key))^s.seeds[3])
+}
+
+// mix returns the 128-bit product of a and b folded into 64 bits.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // kindOf packs an algorithm and a period (at most 2^46 µs, as Params
@@ -361,6 +377,6 @@ const (
 
 // locate returns the hash of (key, kind) and the shard that holds it.
 func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
-	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
+	h := s.hashKey(key) ^ kind*0x9e3779b97f4a7c15
 	return h, &s.shards[h>>s.shift]
 }

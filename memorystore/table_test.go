@@ -220,3 +220,26 @@ func TestLongKeysEvicted(t *testing.T) {
 		t.Fatal("no key was evicted")
 	}
 }
+
+// TestShortKeysSpread: keys kept in their entries, hashed from their
+// words, spread evenly over the shards by their hashes' top bits and over
+// a table's slots by their low bits, keys that differ in one digit too.
+func TestShortKeysSpread(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(256))
+	const nkeys = 1 << 16
+	var shards, slots [256]int
+	for i := range nkeys {
+		h, sh := s.locate(fmt.Sprint("user:", i), 1<<3)
+		shards[sh.index]++
+		slots[h&255]++
+	}
+	for i := range 256 {
+		if n, avg := shards[i], nkeys/256; n < avg/2 || n > 2*avg {
+			t.Errorf("shard %d holds %d keys, want about %d", i, n, avg)
+		}
+		if n, avg := slots[i], nkeys/256; n < avg/2 || n > 2*avg {
+			t.Errorf("slot %d holds %d keys, want about %d", i, n, avg)
+		}
+	}
+}
