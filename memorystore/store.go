@@ -108,10 +108,14 @@ func (s *Store) known(limit *tollgate.Limit) *tollgate.Params {
 	return nil
 }
 
-// holds reports whether c is limit's.
+// holds reports whether c is limit's. Most limits have no calendar: two
+// empty ones are compared by their lengths alone, without the call that
+// compares strings.
 func (c *checked) holds(limit *tollgate.Limit) bool {
+	a, b := &c.limit.Calendar, &limit.Calendar
 	return c.limit.Rate == limit.Rate && c.limit.Period == limit.Period && c.limit.Burst == limit.Burst &&
-		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm && c.limit.Calendar == limit.Calendar
+		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm &&
+		len(a.Unit) == len(b.Unit) && len(a.Zone) == len(b.Zone) && (len(a.Unit)+len(a.Zone) == 0 || *a == *b)
 }
 
 // check validates a request as tollgate.CheckRequest does and returns the

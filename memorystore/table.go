@@ -41,7 +41,7 @@ type entry struct {
 	tag  uint64 // the key's hash and length: see tagOf
 	kind uint64 // the period in µs << 3 | the algorithm
 	// k0 and k1 are the key's bytes (see keyWords), or for a key longer
-	// than inlineKey, k0 is its index in the shard's keys.
+	// than inlineKey, k0 is its index in the shard's keys and k1 is 0.
 	k0, k1 uint64
 	state
 }
@@ -131,31 +131,28 @@ type shard struct {
 const maxFreeBuffers = 16
 
 // find returns the index of key's entry of the given hash and kind in sh
-// (locked), or -1.
+// (locked), or -1. A key kept in its entry is compared by its words, in
+// line; a longer one, only in the entry of its tag, in sh's keys.
 func (sh *shard) find(h, kind uint64, key string) int {
 	if len(sh.tab) == 0 {
 		return -1
 	}
 	tag := tagOf(h, key)
+	long := len(key) > inlineKey
+	w0, w1 := ^uint64(0), ^uint64(0) // no entry of a long key's tag has these
+	if !long {
+		w0, w1 = keyWords(key)
+	}
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		e := &sh.tab[i]
-		if e.tag == tag && e.kind == kind && sh.holds(e, key) {
+		if e.tag == tag && e.kind == kind && (e.k0 == w0 && e.k1 == w1 || long && sh.keys[e.k0] == key) {
 			return int(i)
 		}
 		if e.kind == 0 {
 			return -1
 		}
 	}
-}
-
-// holds reports whether e, whose tag is key's, is key's entry.
-func (sh *shard) holds(e *entry, key string) bool {
-	if len(key) > inlineKey {
-		return sh.keys[e.k0] == key
-	}
-	w0, w1 := keyWords(key)
-	return e.k0 == w0 && e.k1 == w1
 }
 
 // findEntry returns the index of the entry of sh (locked) that holds the
