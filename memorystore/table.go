@@ -132,21 +132,36 @@ const maxFreeBuffers = 16
 
 // find returns the index of key's entry of the given hash and kind in sh
 // (locked), or -1. A key kept in its entry is compared by its words, in
-// line; a longer one, only in the entry of its tag, in sh's keys.
+// a loop that calls nothing; a longer one by findLong.
 func (sh *shard) find(h, kind uint64, key string) int {
 	if len(sh.tab) == 0 {
 		return -1
 	}
-	tag := tagOf(h, key)
-	long := len(key) > inlineKey
-	w0, w1 := ^uint64(0), ^uint64(0) // no entry of a long key's tag has these
-	if !long {
-		w0, w1 = keyWords(key)
+	if len(key) > inlineKey {
+		return sh.findLong(h, kind, key)
 	}
+	tag := tagOf(h, key)
+	w0, w1 := keyWords(key)
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		e := &sh.tab[i]
-		if e.tag == tag && e.kind == kind && (e.k0 == w0 && e.k1 == w1 || long && sh.keys[e.k0] == key) {
+		if e.tag == tag && e.kind == kind && e.k0 == w0 && e.k1 == w1 {
+			return int(i)
+		}
+		if e.kind == 0 {
+			return -1
+		}
+	}
+}
+
+// findLong is find for a key longer than inlineKey, compared in sh's keys
+// only in the entries of its tag.
+func (sh *shard) findLong(h, kind uint64, key string) int {
+	tag := tagOf(h, key)
+	mask := uint64(len(sh.tab) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		e := &sh.tab[i]
+		if e.tag == tag && e.kind == kind && sh.keys[e.k0] == key {
 			return int(i)
 		}
 		if e.kind == 0 {
