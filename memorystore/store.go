@@ -11,8 +11,9 @@
 // global lock) and allocates nothing for a key that exists. Memory is
 // bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
 // table, which is kept between a quarter and half full (128 to 256 bytes a
-// key), plus the key itself and 8 bytes per admitted request a sliding
-// window log remembers. On a store whose tables take 8 MiB or more, the
+// key; a key of up to 16 bytes is kept in its entry, a longer one apart,
+// in its own bytes and a string's 16), plus 8 bytes per admitted request a
+// sliding window log remembers. On a store whose tables take 8 MiB or more, the
 // shards' tables of one size are allocated together, in one block, once
 // half the shards need one of that size, and every shard then moves into
 // it, the other half a little early: the tables take about 256 bytes a key
@@ -29,6 +30,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +50,9 @@ func init() {
 type Store struct {
 	permits  *permitTable // the concurrency limits, apart from the rate limits
 	shards   []shard
-	shift    uint // a hash's top bits pick its shard: hash >> shift
-	seed     maphash.Seed
+	shift    uint             // a hash's top bits pick its shard: hash >> shift
+	seed     maphash.Seed     // the hash of a key longer than inlineKey
+	seeds    [4]uint64        // the hash of a shorter one: see hashKey
 	now      func() time.Time // nil: the monotonic clock below
 	start    time.Time        // when New ran, with its monotonic reading
 	startUS  int64            // start in µs since the Unix epoch
@@ -105,10 +108,14 @@ func (s *Store) known(limit *tollgate.Limit) *tollgate.Params {
 	return nil
 }
 
-// holds reports whether c is limit's.
+// holds reports whether c is limit's. Most limits have no calendar: two
+// empty ones are compared by their lengths alone, without the call that
+// compares strings.
 func (c *checked) holds(limit *tollgate.Limit) bool {
+	a, b := &c.limit.Calendar, &limit.Calendar
 	return c.limit.Rate == limit.Rate && c.limit.Period == limit.Period && c.limit.Burst == limit.Burst &&
-		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm && c.limit.Calendar == limit.Calendar
+		c.limit.MaxDelay == limit.MaxDelay && c.limit.Algorithm == limit.Algorithm &&
+		len(a.Unit) == len(b.Unit) && len(a.Zone) == len(b.Zone) && (len(a.Unit)+len(a.Zone) == 0 || *a == *b)
 }
 
 // check validates a request as tollgate.CheckRequest does and returns the
@@ -200,6 +207,9 @@ func New(opts ...Option) *Store {
 		perShard: max(1, (c.maxKeys+n-1)/n),
 	}
 	s.startUS = s.start.UnixMicro()
+	for i := range s.seeds {
+		s.seeds[i] = rand.Uint64()
+	}
 	for i := range s.shards {
 		s.shards[i].index = i
 	}
@@ -439,36 +449,30 @@ func (s *Store) insert(sh *shard, h, kind uint64, key string, now int64) int {
 // full, evicts the live one nearest to expiring.
 func (s *Store) reclaim(sh *shard, h uint64, now int64) {
 	const samples = 4
-	type sample struct {
-		hash, kind uint64
-		key        string
-		expires    int64
-	}
 	var (
-		got    [samples]sample
+		got    [samples]entry
 		k      int
 		victim = -1
 	)
-	// Removing an entry moves others, so the samples are taken first and
+	// Removing an entry moves others, so the samples are copied first and
 	// found again to be removed.
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; k < samples && k < sh.n; i = (i + 1) & mask {
 		if e := &sh.tab[i]; e.kind != 0 {
-			got[k] = sample{e.hash, e.kind, e.key, e.expires}
+			got[k] = *e
 			k++
 		}
 	}
-	for j, g := range got[:k] {
-		switch {
+	for j := range got[:k] {
+		switch g := &got[j]; {
 		case g.expires <= now:
-			sh.remove(sh.find(g.hash, g.kind, g.key))
+			sh.remove(sh.findEntry(g))
 		case victim < 0 || g.expires < got[victim].expires:
 			victim = j
 		}
 	}
 	if sh.n >= s.perShard && victim >= 0 {
-		g := got[victim]
-		sh.remove(sh.find(g.hash, g.kind, g.key))
+		sh.remove(sh.findEntry(&got[victim]))
 		sh.evictions.Add(1)
 	}
 }

@@ -118,20 +118,35 @@ func TestTableKeepsEveryKey(t *testing.T) {
 		for _, nkeys := range []int{3, 7, 20, 300} {
 			t.Run(fmt.Sprint(limit.Algorithm, " ", nkeys, " keys"), func(t *testing.T) {
 				t.Parallel()
-				tableKeepsEveryKey(t, limit, nkeys)
+				tableKeepsEveryKey(t, limit, nkeys, func(i int) string { return fmt.Sprint("k", i) })
 			})
 		}
 	}
 }
 
-func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int) {
+// TestTableKeepsKeysOfEveryLength: keys of 2 to 41 bytes, some kept in
+// their entry and some apart from it, that differ in one byte only, each
+// keep a state of their own as keys come and go.
+func TestTableKeepsKeysOfEveryLength(t *testing.T) {
+	t.Parallel()
+	for _, nkeys := range []int{20, 300} {
+		t.Run(fmt.Sprint(nkeys, " keys"), func(t *testing.T) {
+			t.Parallel()
+			tableKeepsEveryKey(t, tollgate.PerHour(tollgate.MaxLogRate), nkeys, func(i int) string {
+				return fmt.Sprintf("%0*d", 2+i%40, i)
+			})
+		})
+	}
+}
+
+func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int, name func(int) string) {
 	clock := conformance.NewClock()
 	s := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithShards(1), memorystore.WithMaxKeys(1<<20))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, uint64(nkeys)))
 	want := map[string]int{} // key → tokens spent
 	for step := range 20_000 {
-		key := fmt.Sprint("k", rng.IntN(nkeys))
+		key := name(rng.IntN(nkeys))
 		if rng.IntN(3) == 0 {
 			if err := s.Reset(ctx, key, limit); err != nil {
 				t.Fatal(err)
@@ -150,7 +165,7 @@ func tableKeepsEveryKey(t *testing.T, limit tollgate.Limit, nkeys int) {
 			continue
 		}
 		for i := range nkeys {
-			k := fmt.Sprint("k", i)
+			k := name(i)
 			r, err := s.AllowN(ctx, k, limit, 0)
 			if err != nil {
 				t.Fatal(err)

@@ -1,6 +1,7 @@
 package memorystore
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"strings"
@@ -29,11 +30,66 @@ import (
 // slot: a key's kind is never 0, its period being at least 1 µs. (A mark
 // in the hash would need a hash of 0 moved to another, an instruction too
 // many for locate to be inlined.)
+//
+// A key of at most inlineKey bytes is kept in the entry itself, so that
+// the entry's one line of memory holds all a look-up compares: a key kept
+// apart would be a second miss of the CPU's caches, which could only start
+// once the entry had arrived. A longer key is kept in its shard's keys,
+// and the entry holds its index there. So the table holds no pointers,
+// and the garbage collector never scans it.
 type entry struct {
-	hash uint64
+	tag  uint64 // the key's hash and length: see tagOf
 	kind uint64 // the period in µs << 3 | the algorithm
-	key  string
+	// k0 and k1 are the key's bytes (see keyWords), or for a key longer
+	// than inlineKey, k0 is its index in the shard's keys and k1 is 0.
+	k0, k1 uint64
 	state
+}
+
+// inlineKey is the longest key kept in its entry.
+const inlineKey = 16
+
+// tagOf returns the tag of a key of hash h: the hash's low 56 bits (a
+// shard's keys share its top bits, which pick the shard) and the key's
+// length, 255 for any longer. The home slot of a tag is its hash's, as no
+// table has 2^56 slots.
+func tagOf(h uint64, key string) uint64 {
+	return h&(1<<56-1) | uint64(min(len(key), 255))<<56
+}
+
+// keyWords returns the bytes of a key of 1 to inlineKey bytes as two
+// words: with its length, which its tag holds, they are the key's and no
+// other's. (From 8 bytes on, the first eight and the last eight, which
+// overlap below 16; from 4, the first four and the last four; below 4,
+// the first, middle and last byte.)
+func keyWords(key string) (w0, w1 uint64) {
+	b := unsafe.Slice(unsafe.StringData(key), len(key))
+	switch n := len(b); {
+	case n >= 8:
+		return binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[n-8:])
+	case n >= 4:
+		return uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<32, 0
+	default:
+		return uint64(b[0]) | uint64(b[n/2])<<8 | uint64(b[n-1])<<16, 0
+	}
+}
+
+// hashKey returns the hash of key. A key kept in its entry is hashed from
+// its words, which the look-up compares too, by two multiplications
+// keyed by the store's random seeds, as the runtime hashes where the CPU
+// has no AES instructions; a longer one by maphash.
+func (s *Store) hashKey(key string) uint64 {
+	if len(key) > inlineKey {
+		return maphash.String(s.seed, key)
+	}
+	w0, w1 := keyWords(key)
+	return mix(mix(w0^s.seeds[0], w1^s.seeds[1])^s.seeds[2], uint64(len(key))^s.seeds[3])
+}
+
+// mix returns the 128-bit product of a and b folded into 64 bits.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // kindOf packs an algorithm and a period (at most 2^46 µs, as Params
@@ -54,8 +110,12 @@ type shard struct {
 	// logs holds the sliding window logs of this shard's keys (their
 	// entry's a is the index + 1), freeLogs the indexes of logs whose key
 	// is gone: a new key reuses one, with its buffer if it kept one.
-	logs      []ring
-	freeLogs  []int
+	logs     []ring
+	freeLogs []int
+	// keys holds the keys longer than inlineKey (their entry's k0 is the
+	// index), freeKeys the indexes of keys that are gone.
+	keys      []string
+	freeKeys  []int
 	evictions atomic.Uint64
 	index     int // the shard's place in the store's shards
 	// where is tab's address with log2(len(tab)) in its top 6 bits (Go's
@@ -71,18 +131,55 @@ type shard struct {
 const maxFreeBuffers = 16
 
 // find returns the index of key's entry of the given hash and kind in sh
-// (locked), or -1.
+// (locked), or -1. A key kept in its entry is compared by its words, in
+// a loop that calls nothing; a longer one by findLong.
 func (sh *shard) find(h, kind uint64, key string) int {
 	if len(sh.tab) == 0 {
 		return -1
 	}
+	if len(key) > inlineKey {
+		return sh.findLong(h, kind, key)
+	}
+	tag := tagOf(h, key)
+	w0, w1 := keyWords(key)
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		e := &sh.tab[i]
-		if e.hash == h && e.kind == kind && e.key == key {
+		if e.tag == tag && e.kind == kind && e.k0 == w0 && e.k1 == w1 {
 			return int(i)
 		}
 		if e.kind == 0 {
+			return -1
+		}
+	}
+}
+
+// findLong is find for a key longer than inlineKey, compared in sh's keys
+// only in the entries of its tag.
+func (sh *shard) findLong(h, kind uint64, key string) int {
+	tag := tagOf(h, key)
+	mask := uint64(len(sh.tab) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		e := &sh.tab[i]
+		if e.tag == tag && e.kind == kind && sh.keys[e.k0] == key {
+			return int(i)
+		}
+		if e.kind == 0 {
+			return -1
+		}
+	}
+}
+
+// findEntry returns the index of the entry of sh (locked) that holds the
+// same key and kind as e, a copy of it taken earlier, or -1.
+func (sh *shard) findEntry(e *entry) int {
+	mask := uint64(len(sh.tab) - 1)
+	for i := e.tag & mask; ; i = (i + 1) & mask {
+		f := &sh.tab[i]
+		if f.tag == e.tag && f.kind == e.kind && f.k0 == e.k0 && f.k1 == e.k1 {
+			return int(i)
+		}
+		if f.kind == 0 {
 			return -1
 		}
 	}
@@ -97,7 +194,20 @@ func (sh *shard) place(h, kind uint64, key string) int {
 	for sh.tab[i].kind != 0 {
 		i = (i + 1) & mask
 	}
-	sh.tab[i] = entry{hash: h, kind: kind, key: strings.Clone(key)}
+	e := entry{tag: tagOf(h, key), kind: kind}
+	if len(key) > inlineKey {
+		if n := len(sh.freeKeys); n > 0 {
+			e.k0 = uint64(sh.freeKeys[n-1])
+			sh.freeKeys = sh.freeKeys[:n-1]
+			sh.keys[e.k0] = strings.Clone(key)
+		} else {
+			e.k0 = uint64(len(sh.keys))
+			sh.keys = append(sh.keys, strings.Clone(key))
+		}
+	} else {
+		e.k0, e.k1 = keyWords(key)
+	}
+	sh.tab[i] = e
 	sh.n++
 	return int(i)
 }
@@ -116,7 +226,7 @@ func (sh *shard) moveTo(tab []entry) {
 	mask := uint64(len(tab) - 1)
 	for k := range old {
 		if e := &old[k]; e.kind != 0 {
-			i := e.hash & mask
+			i := e.tag & mask
 			for tab[i].kind != 0 {
 				i = (i + 1) & mask
 			}
@@ -137,6 +247,10 @@ func (sh *shard) remove(i int) {
 		}
 		sh.freeLogs = append(sh.freeLogs, int(e.a-1))
 	}
+	if e := &sh.tab[i]; e.tag>>56 > inlineKey {
+		sh.keys[e.k0] = ""
+		sh.freeKeys = append(sh.freeKeys, int(e.k0))
+	}
 	sh.n--
 	mask := len(sh.tab) - 1
 	for {
@@ -149,7 +263,7 @@ func (sh *shard) remove(i int) {
 			}
 			// The entry at j may move to i unless its home slot lies
 			// cyclically in (i, j].
-			home := int(sh.tab[j].hash) & mask
+			home := int(sh.tab[j].tag) & mask
 			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 				break
 			}
@@ -275,6 +389,6 @@ const (
 
 // locate returns the hash of (key, kind) and the shard that holds it.
 func (s *Store) locate(key string, kind uint64) (uint64, *shard) {
-	h := maphash.String(s.seed, key) ^ kind*0x9e3779b97f4a7c15
+	h := s.hashKey(key) ^ kind*0x9e3779b97f4a7c15
 	return h, &s.shards[h>>s.shift]
 }

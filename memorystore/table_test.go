@@ -154,3 +154,92 @@ func TestNoBlockForAFewKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyWords: the words of a key of 1 to inlineKey bytes change with
+// any byte of it, so keys of one length have the same words only if they
+// are the same key.
+func TestKeyWords(t *testing.T) {
+	t.Parallel()
+	for n := 1; n <= inlineKey; n++ {
+		key := []byte("0123456789abcdef"[:n])
+		w0, w1 := keyWords(string(key))
+		for i := range n {
+			for _, c := range []byte{0, key[i] ^ 1, 0xff} {
+				other := append([]byte(nil), key...)
+				other[i] = c
+				if o0, o1 := keyWords(string(other)); o0 == w0 && o1 == w1 {
+					t.Errorf("%q and %q have the same words", key, other)
+				}
+			}
+		}
+	}
+}
+
+// TestLongKeysEvicted: keys longer than inlineKey, kept apart from their
+// entries, are freed with them when the store is full and evicts, and
+// their room is reused: each live entry's key is its own, and no more are
+// kept than the entries that hold them.
+func TestLongKeysEvicted(t *testing.T) {
+	t.Parallel()
+	s := New(WithMaxKeys(64), WithShards(1))
+	ctx := context.Background()
+	limit := tollgate.PerMinute(10)
+	for i := range 2000 {
+		key := fmt.Sprintf("a key longer than sixteen bytes: %d", i)
+		if i%3 == 0 {
+			key = fmt.Sprint("k", i) // kept in its entry
+		}
+		r, err := s.AllowN(ctx, key, limit, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.Remaining, 9; got != want {
+			t.Fatalf("%q: Remaining = %d, want %d", key, got, want)
+		}
+		sh := &s.shards[0]
+		seen := map[uint64]bool{}
+		for j := range sh.tab {
+			e := &sh.tab[j]
+			if e.kind == 0 || e.tag>>56 <= inlineKey {
+				continue
+			}
+			if seen[e.k0] {
+				t.Fatalf("after %q: two entries hold key %d", key, e.k0)
+			}
+			seen[e.k0] = true
+			k := sh.keys[e.k0]
+			if h, _ := s.locate(k, e.kind); tagOf(h, k) != e.tag {
+				t.Fatalf("after %q: an entry holds %q, not its key", key, k)
+			}
+		}
+		if got, want := len(sh.keys)-len(sh.freeKeys), len(seen); got != want {
+			t.Fatalf("after %q: %d keys kept, want %d", key, got, want)
+		}
+	}
+	if s.Stats().Evictions == 0 {
+		t.Fatal("no key was evicted")
+	}
+}
+
+// TestShortKeysSpread: keys kept in their entries, hashed from their
+// words, spread evenly over the shards by their hashes' top bits and over
+// a table's slots by their low bits, keys that differ in one digit too.
+func TestShortKeysSpread(t *testing.T) {
+	t.Parallel()
+	s := New(WithShards(256))
+	const nkeys = 1 << 16
+	var shards, slots [256]int
+	for i := range nkeys {
+		h, sh := s.locate(fmt.Sprint("user:", i), 1<<3)
+		shards[sh.index]++
+		slots[h&255]++
+	}
+	for i := range 256 {
+		if n, avg := shards[i], nkeys/256; n < avg/2 || n > 2*avg {
+			t.Errorf("shard %d holds %d keys, want about %d", i, n, avg)
+		}
+		if n, avg := slots[i], nkeys/256; n < avg/2 || n > 2*avg {
+			t.Errorf("slot %d holds %d keys, want about %d", i, n, avg)
+		}
+	}
+}
