@@ -1,0 +1,333 @@
+package service
+
+import (
+	"unicode/utf8"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// rlsCodec is the gRPC server's codec (GRPCServerOptions): proto's, with
+// the two messages of every call read and written directly in the wire
+// format — a RateLimitRequest of descriptors of entries, and a
+// RateLimitResponse of statuses and header fields — without proto's
+// reflection over the message's fields, which took a tenth of the
+// service's CPU a call. Anything else (other services' messages, a request
+// with override limits, hits_addend per descriptor or fields this version
+// does not know, a response with metadata or quotas, a string that is not
+// UTF-8) goes through proto's codec, whole: the messages, and the errors of
+// those that do not decode or encode, are proto's.
+type rlsCodec struct{ proto encoding.CodecV2 }
+
+func newRLSCodec() rlsCodec { return rlsCodec{proto: encoding.GetCodecV2(grpcproto.Name)} }
+
+// Name is proto's: the calls stay application/grpc calls.
+func (rlsCodec) Name() string { return grpcproto.Name }
+
+// Marshal encodes v; a RateLimitResponse the encoder covers (responseSize)
+// goes into one buffer of its exact size.
+func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*pb.RateLimitResponse); ok {
+		if n, ok := responseSize(r); ok {
+			return mem.BufferSlice{mem.SliceBuffer(appendResponse(make([]byte, 0, n), r))}, nil
+		}
+	}
+	return c.proto.Marshal(v)
+}
+
+// Unmarshal decodes data into v; a RateLimitRequest that came in one buffer
+// is read directly when it holds only what decodeRequest reads, and by
+// proto otherwise.
+func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*pb.RateLimitRequest); ok && len(data) == 1 {
+		if decodeRequest(data[0].ReadOnlyData(), r) {
+			return nil
+		}
+		proto.Reset(r)
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// decodeRequest reads b, a RateLimitRequest in the wire format, into r, a
+// new one, as proto would. It reads the domain, the hits_addend and
+// descriptors of entries alone, and reports false, leaving r partly
+// filled, for anything else: another field, a field of another wire type,
+// a string that is not UTF-8 (proto3 refuses it) or bytes that are not a
+// message.
+func decodeRequest(b []byte, r *pb.RateLimitRequest) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			var ok bool
+			if r.Domain, n, ok = consumeString(b); !ok {
+				return false
+			}
+		case num == 2 && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return false
+			}
+			d := new(rlv3.RateLimitDescriptor)
+			if !decodeDescriptor(v, d) {
+				return false
+			}
+			r.Descriptors, n = append(r.Descriptors, d), m
+		case num == 3 && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return false
+			}
+			r.HitsAddend, n = uint32(v), m
+		default:
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// decodeDescriptor reads a RateLimitDescriptor of entries alone (see
+// decodeRequest).
+func decodeDescriptor(b []byte, d *rlv3.RateLimitDescriptor) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != 1 || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		e := new(rlv3.RateLimitDescriptor_Entry)
+		if !decodeEntry(v, e) {
+			return false
+		}
+		d.Entries = append(d.Entries, e)
+		b = b[n:]
+	}
+	return true
+}
+
+// decodeEntry reads a descriptor's entry: its key and value.
+func decodeEntry(b []byte, e *rlv3.RateLimitDescriptor_Entry) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		var ok bool
+		switch num {
+		case 1:
+			e.Key, n, ok = consumeString(b)
+		case 2:
+			e.Value, n, ok = consumeString(b)
+		}
+		if !ok {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// consumeString reads a length-prefixed string that is UTF-8 and returns
+// it with the bytes it took.
+func consumeString(b []byte) (string, int, bool) {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 || !utf8.Valid(v) {
+		return "", 0, false
+	}
+	return string(v), n, true
+}
+
+// responseSize returns the size of r in the wire format, and false when r
+// has what appendResponse does not write: request header fields, a raw
+// body, dynamic metadata, quotas, a unit multiplier, unknown fields, a
+// missing status or header field, or a string that is not UTF-8 (which
+// proto refuses to encode).
+func responseSize(r *pb.RateLimitResponse) (int, bool) {
+	if len(r.RequestHeadersToAdd) > 0 || len(r.RawBody) > 0 || r.DynamicMetadata != nil || r.Quota != nil || unknown(r) {
+		return 0, false
+	}
+	n := 0
+	if r.OverallCode != 0 {
+		n += 1 + protowire.SizeVarint(uint64(r.OverallCode))
+	}
+	for _, s := range r.Statuses {
+		m, ok := statusSize(s)
+		if !ok {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(m)
+	}
+	for _, h := range r.ResponseHeadersToAdd {
+		m, ok := headerSize(h)
+		if !ok {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(m)
+	}
+	return n, true
+}
+
+func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
+
+func statusSize(s *pb.RateLimitResponse_DescriptorStatus) (int, bool) {
+	if s == nil || s.Quota != nil || unknown(s) {
+		return 0, false
+	}
+	n := 0
+	if s.Code != 0 {
+		n += 1 + protowire.SizeVarint(uint64(s.Code))
+	}
+	if l := s.CurrentLimit; l != nil {
+		m, ok := limitSize(l)
+		if !ok {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(m)
+	}
+	if s.LimitRemaining != 0 {
+		n += 1 + protowire.SizeVarint(uint64(s.LimitRemaining))
+	}
+	if d := s.DurationUntilReset; d != nil {
+		if unknown(d) {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(durationSize(d))
+	}
+	return n, true
+}
+
+func limitSize(l *pb.RateLimitResponse_RateLimit) (int, bool) {
+	if l.UnitMultiplier != nil || unknown(l) || !utf8.ValidString(l.Name) {
+		return 0, false
+	}
+	n := 0
+	if l.RequestsPerUnit != 0 {
+		n += 1 + protowire.SizeVarint(uint64(l.RequestsPerUnit))
+	}
+	if l.Unit != 0 {
+		n += 1 + protowire.SizeVarint(uint64(l.Unit))
+	}
+	if l.Name != "" {
+		n += 1 + protowire.SizeBytes(len(l.Name))
+	}
+	return n, true
+}
+
+func durationSize(d *durationpb.Duration) int {
+	n := 0
+	if d.Seconds != 0 {
+		n += 1 + protowire.SizeVarint(uint64(d.Seconds))
+	}
+	if d.Nanos != 0 {
+		n += 1 + protowire.SizeVarint(uint64(int64(d.Nanos)))
+	}
+	return n
+}
+
+func headerSize(h *core.HeaderValue) (int, bool) {
+	if h == nil || unknown(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
+		return 0, false
+	}
+	n := 0
+	if h.Key != "" {
+		n += 1 + protowire.SizeBytes(len(h.Key))
+	}
+	if h.Value != "" {
+		n += 1 + protowire.SizeBytes(len(h.Value))
+	}
+	if len(h.RawValue) > 0 {
+		n += 1 + protowire.SizeBytes(len(h.RawValue))
+	}
+	return n, true
+}
+
+// appendResponse appends r, which responseSize accepted, in the wire
+// format, its fields in the order of their numbers as proto writes them.
+func appendResponse(b []byte, r *pb.RateLimitResponse) []byte {
+	if r.OverallCode != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(r.OverallCode))
+	}
+	for _, s := range r.Statuses {
+		n, _ := statusSize(s)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		b = appendStatus(b, s)
+	}
+	for _, h := range r.ResponseHeadersToAdd {
+		n, _ := headerSize(h)
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		if h.Key != "" {
+			b = protowire.AppendTag(b, 1, protowire.BytesType)
+			b = protowire.AppendString(b, h.Key)
+		}
+		if h.Value != "" {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendString(b, h.Value)
+		}
+		if len(h.RawValue) > 0 {
+			b = protowire.AppendTag(b, 3, protowire.BytesType)
+			b = protowire.AppendBytes(b, h.RawValue)
+		}
+	}
+	return b
+}
+
+func appendStatus(b []byte, s *pb.RateLimitResponse_DescriptorStatus) []byte {
+	if s.Code != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(s.Code))
+	}
+	if l := s.CurrentLimit; l != nil {
+		n, _ := limitSize(l)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		if l.RequestsPerUnit != 0 {
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(l.RequestsPerUnit))
+		}
+		if l.Unit != 0 {
+			b = protowire.AppendTag(b, 2, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(l.Unit))
+		}
+		if l.Name != "" {
+			b = protowire.AppendTag(b, 3, protowire.BytesType)
+			b = protowire.AppendString(b, l.Name)
+		}
+	}
+	if s.LimitRemaining != 0 {
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(s.LimitRemaining))
+	}
+	if d := s.DurationUntilReset; d != nil {
+		b = protowire.AppendTag(b, 4, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(durationSize(d)))
+		if d.Seconds != 0 {
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(d.Seconds))
+		}
+		if d.Nanos != 0 {
+			b = protowire.AppendTag(b, 2, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(int64(d.Nanos)))
+		}
+	}
+	return b
+}
