@@ -168,55 +168,48 @@ func responseSize(r *pb.RateLimitResponse) (int, bool) {
 		n += 1 + protowire.SizeVarint(uint64(r.OverallCode))
 	}
 	for _, s := range r.Statuses {
-		m, ok := statusSize(s)
-		if !ok {
+		if s == nil || s.Quota != nil || unknown(s) {
 			return 0, false
 		}
-		n += 1 + protowire.SizeBytes(m)
+		if l := s.CurrentLimit; l != nil && (l.UnitMultiplier != nil || unknown(l) || !utf8.ValidString(l.Name)) {
+			return 0, false
+		}
+		if d := s.DurationUntilReset; d != nil && unknown(d) {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(statusSize(s))
 	}
 	for _, h := range r.ResponseHeadersToAdd {
-		m, ok := headerSize(h)
-		if !ok {
+		if h == nil || unknown(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
 			return 0, false
 		}
-		n += 1 + protowire.SizeBytes(m)
+		n += 1 + protowire.SizeBytes(headerSize(h))
 	}
 	return n, true
 }
 
 func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
 
-func statusSize(s *pb.RateLimitResponse_DescriptorStatus) (int, bool) {
-	if s == nil || s.Quota != nil || unknown(s) {
-		return 0, false
-	}
+// The sizes of the parts of a response that responseSize accepted.
+
+func statusSize(s *pb.RateLimitResponse_DescriptorStatus) int {
 	n := 0
 	if s.Code != 0 {
 		n += 1 + protowire.SizeVarint(uint64(s.Code))
 	}
 	if l := s.CurrentLimit; l != nil {
-		m, ok := limitSize(l)
-		if !ok {
-			return 0, false
-		}
-		n += 1 + protowire.SizeBytes(m)
+		n += 1 + protowire.SizeBytes(limitSize(l))
 	}
 	if s.LimitRemaining != 0 {
 		n += 1 + protowire.SizeVarint(uint64(s.LimitRemaining))
 	}
 	if d := s.DurationUntilReset; d != nil {
-		if unknown(d) {
-			return 0, false
-		}
 		n += 1 + protowire.SizeBytes(durationSize(d))
 	}
-	return n, true
+	return n
 }
 
-func limitSize(l *pb.RateLimitResponse_RateLimit) (int, bool) {
-	if l.UnitMultiplier != nil || unknown(l) || !utf8.ValidString(l.Name) {
-		return 0, false
-	}
+func limitSize(l *pb.RateLimitResponse_RateLimit) int {
 	n := 0
 	if l.RequestsPerUnit != 0 {
 		n += 1 + protowire.SizeVarint(uint64(l.RequestsPerUnit))
@@ -227,7 +220,7 @@ func limitSize(l *pb.RateLimitResponse_RateLimit) (int, bool) {
 	if l.Name != "" {
 		n += 1 + protowire.SizeBytes(len(l.Name))
 	}
-	return n, true
+	return n
 }
 
 func durationSize(d *durationpb.Duration) int {
@@ -241,10 +234,7 @@ func durationSize(d *durationpb.Duration) int {
 	return n
 }
 
-func headerSize(h *core.HeaderValue) (int, bool) {
-	if h == nil || unknown(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
-		return 0, false
-	}
+func headerSize(h *core.HeaderValue) int {
 	n := 0
 	if h.Key != "" {
 		n += 1 + protowire.SizeBytes(len(h.Key))
@@ -255,7 +245,7 @@ func headerSize(h *core.HeaderValue) (int, bool) {
 	if len(h.RawValue) > 0 {
 		n += 1 + protowire.SizeBytes(len(h.RawValue))
 	}
-	return n, true
+	return n
 }
 
 // appendResponse appends r, which responseSize accepted, in the wire
@@ -266,15 +256,13 @@ func appendResponse(b []byte, r *pb.RateLimitResponse) []byte {
 		b = protowire.AppendVarint(b, uint64(r.OverallCode))
 	}
 	for _, s := range r.Statuses {
-		n, _ := statusSize(s)
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
+		b = protowire.AppendVarint(b, uint64(statusSize(s)))
 		b = appendStatus(b, s)
 	}
 	for _, h := range r.ResponseHeadersToAdd {
-		n, _ := headerSize(h)
 		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
+		b = protowire.AppendVarint(b, uint64(headerSize(h)))
 		if h.Key != "" {
 			b = protowire.AppendTag(b, 1, protowire.BytesType)
 			b = protowire.AppendString(b, h.Key)
@@ -297,9 +285,8 @@ func appendStatus(b []byte, s *pb.RateLimitResponse_DescriptorStatus) []byte {
 		b = protowire.AppendVarint(b, uint64(s.Code))
 	}
 	if l := s.CurrentLimit; l != nil {
-		n, _ := limitSize(l)
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
+		b = protowire.AppendVarint(b, uint64(limitSize(l)))
 		if l.RequestsPerUnit != 0 {
 			b = protowire.AppendTag(b, 1, protowire.VarintType)
 			b = protowire.AppendVarint(b, uint64(l.RequestsPerUnit))
