@@ -50,18 +50,117 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		if decodeRequest(data[0].ReadOnlyData(), r) {
 			return nil
 		}
-		proto.Reset(r)
 	}
 	return c.proto.Unmarshal(data, v)
 }
 
 // decodeRequest reads b, a RateLimitRequest in the wire format, into r, a
 // new one, as proto would. It reads the domain, the hits_addend and
-// descriptors of entries alone, and reports false, leaving r partly
-// filled, for anything else: another field, a field of another wire type,
-// a string that is not UTF-8 (proto3 refuses it) or bytes that are not a
-// message.
+// descriptors of entries alone, and reports false, leaving r untouched,
+// for anything else: another field, a field of another wire type, a string
+// that is not UTF-8 (proto3 refuses it) or bytes that are not a message.
+//
+// It reads b twice: once to check it and count its parts (scanRequest),
+// then to fill them in, all made at once — the descriptors in one slice,
+// the entries in another, or, for the usual request of one descriptor of
+// one entry, both in one allocation (oneDescriptor) — and its strings cut
+// from one string when they are short together (shortStrings), so that a
+// string kept from the request keeps no more than that alive.
 func decodeRequest(b []byte, r *pb.RateLimitRequest) bool {
+	var sh requestShape
+	if !scanRequest(b, &sh) {
+		return false
+	}
+	var (
+		descs []rlv3.RateLimitDescriptor
+		dptrs []*rlv3.RateLimitDescriptor
+		ents  []rlv3.RateLimitDescriptor_Entry
+		eptrs []*rlv3.RateLimitDescriptor_Entry
+	)
+	if sh.descs == 1 && sh.entries == 1 {
+		o := new(oneDescriptor)
+		descs, dptrs, ents, eptrs = o.desc[:], o.dptr[:], o.entry[:], o.eptr[:]
+	} else if sh.descs > 0 {
+		descs, dptrs = make([]rlv3.RateLimitDescriptor, sh.descs), make([]*rlv3.RateLimitDescriptor, sh.descs)
+		if sh.entries > 0 {
+			ents, eptrs = make([]rlv3.RateLimitDescriptor_Entry, sh.entries), make([]*rlv3.RateLimitDescriptor_Entry, sh.entries)
+		}
+	}
+	strs := stringSource{}
+	if sh.short {
+		strs.all = string(sh.strs[:sh.nstrs])
+	}
+	di, ei := 0, 0
+	for len(b) > 0 {
+		num, _, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		switch num {
+		case 1:
+			v, n := protowire.ConsumeBytes(b)
+			r.Domain, b = strs.take(v), b[n:]
+		case 2:
+			v, n := protowire.ConsumeBytes(b)
+			b = b[n:]
+			d, first := &descs[di], ei
+			dptrs[di] = d
+			di++
+			for len(v) > 0 {
+				_, _, n := protowire.ConsumeTag(v)
+				ev, m := protowire.ConsumeBytes(v[n:])
+				v = v[n+m:]
+				e := &ents[ei]
+				eptrs[ei] = e
+				ei++
+				for len(ev) > 0 {
+					num, _, n := protowire.ConsumeTag(ev)
+					s, m := protowire.ConsumeBytes(ev[n:])
+					ev = ev[n+m:]
+					if num == 1 {
+						e.Key = strs.take(s)
+					} else {
+						e.Value = strs.take(s)
+					}
+				}
+			}
+			if ei > first {
+				d.Entries = eptrs[first:ei:ei]
+			}
+		case 3:
+			v, n := protowire.ConsumeVarint(b)
+			r.HitsAddend, b = uint32(v), b[n:]
+		}
+	}
+	if di > 0 {
+		r.Descriptors = dptrs
+	}
+	return true
+}
+
+// shortStrings is the most bytes of strings a request's strings may have
+// together to be cut from one string.
+const shortStrings = 256
+
+// oneDescriptor is the usual request's one descriptor of one entry.
+type oneDescriptor struct {
+	desc  [1]rlv3.RateLimitDescriptor
+	entry [1]rlv3.RateLimitDescriptor_Entry
+	dptr  [1]*rlv3.RateLimitDescriptor
+	eptr  [1]*rlv3.RateLimitDescriptor_Entry
+}
+
+// requestShape is what scanRequest found in a request: its descriptors and
+// entries, and its strings' bytes in the order they come while short.
+type requestShape struct {
+	descs, entries int
+	strs           [shortStrings]byte
+	nstrs          int
+	short          bool // the strings' bytes are all in strs[:nstrs]
+}
+
+// scanRequest checks that b holds only what decodeRequest reads, and
+// counts it into sh.
+func scanRequest(b []byte, sh *requestShape) bool {
+	sh.short = true
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -70,26 +169,22 @@ func decodeRequest(b []byte, r *pb.RateLimitRequest) bool {
 		b = b[n:]
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			var ok bool
-			if r.Domain, n, ok = consumeString(b); !ok {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 || !sh.addString(v) {
 				return false
 			}
+			n = m
 		case num == 2 && typ == protowire.BytesType:
 			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
+			if m < 0 || !scanDescriptor(v, sh) {
 				return false
 			}
-			d := new(rlv3.RateLimitDescriptor)
-			if !decodeDescriptor(v, d) {
-				return false
-			}
-			r.Descriptors, n = append(r.Descriptors, d), m
+			sh.descs++
+			n = m
 		case num == 3 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 				return false
 			}
-			r.HitsAddend, n = uint32(v), m
 		default:
 			return false
 		}
@@ -98,9 +193,9 @@ func decodeRequest(b []byte, r *pb.RateLimitRequest) bool {
 	return true
 }
 
-// decodeDescriptor reads a RateLimitDescriptor of entries alone (see
-// decodeRequest).
-func decodeDescriptor(b []byte, d *rlv3.RateLimitDescriptor) bool {
+// scanDescriptor checks a RateLimitDescriptor of entries alone, and counts
+// it into sh.
+func scanDescriptor(b []byte, sh *requestShape) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || num != 1 || typ != protowire.BytesType {
@@ -111,47 +206,54 @@ func decodeDescriptor(b []byte, d *rlv3.RateLimitDescriptor) bool {
 		if n < 0 {
 			return false
 		}
-		e := new(rlv3.RateLimitDescriptor_Entry)
-		if !decodeEntry(v, e) {
-			return false
+		for len(v) > 0 {
+			num, typ, m := protowire.ConsumeTag(v)
+			if m < 0 || (num != 1 && num != 2) || typ != protowire.BytesType {
+				return false
+			}
+			v = v[m:]
+			s, m := protowire.ConsumeBytes(v)
+			if m < 0 || !sh.addString(s) {
+				return false
+			}
+			v = v[m:]
 		}
-		d.Entries = append(d.Entries, e)
+		sh.entries++
 		b = b[n:]
 	}
 	return true
 }
 
-// decodeEntry reads a descriptor's entry: its key and value.
-func decodeEntry(b []byte, e *rlv3.RateLimitDescriptor_Entry) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
-			return false
+// addString takes note of a string of the request, and reports whether it
+// is UTF-8.
+func (sh *requestShape) addString(s []byte) bool {
+	if !utf8.Valid(s) {
+		return false
+	}
+	if sh.short {
+		if sh.nstrs+len(s) > shortStrings {
+			sh.short = false
+		} else {
+			sh.nstrs += copy(sh.strs[sh.nstrs:], s)
 		}
-		b = b[n:]
-		var ok bool
-		switch num {
-		case 1:
-			e.Key, n, ok = consumeString(b)
-		case 2:
-			e.Value, n, ok = consumeString(b)
-		}
-		if !ok {
-			return false
-		}
-		b = b[n:]
 	}
 	return true
 }
 
-// consumeString reads a length-prefixed string that is UTF-8 and returns
-// it with the bytes it took.
-func consumeString(b []byte) (string, int, bool) {
-	v, n := protowire.ConsumeBytes(b)
-	if n < 0 || !utf8.Valid(v) {
-		return "", 0, false
+// stringSource gives the strings of a request in the order they come: cut
+// from all, which holds them all, or else each one its own.
+type stringSource struct {
+	all string
+	off int
+}
+
+func (s *stringSource) take(b []byte) string {
+	if s.all == "" {
+		return string(b)
 	}
-	return string(v), n, true
+	v := s.all[s.off : s.off+len(b)]
+	s.off += len(b)
+	return v
 }
 
 // responseSize returns the size of r in the wire format, and false when r
