@@ -2,8 +2,11 @@ package service
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -215,5 +218,34 @@ func BenchmarkCodec(b *testing.B) {
 				data.Free()
 			}
 		})
+	}
+}
+
+// TestCodecKnowsEveryResponseField fails when a newer version of the
+// messages has a field the codec's encoder does not know of: it would
+// leave it out. Each such field must then be written, or make
+// responseSize refuse the message to proto.
+func TestCodecKnowsEveryResponseField(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		m     proto.Message
+		known string // the fields responseSize and appendResponse handle, by number
+	}{
+		{&pb.RateLimitResponse{}, "1 2 3 4 5 6 7"},
+		{&pb.RateLimitResponse_DescriptorStatus{}, "1 2 3 4 5"},
+		{&pb.RateLimitResponse_RateLimit{}, "1 2 3 4"},
+		{&durationpb.Duration{}, "1 2"},
+		{&core.HeaderValue{}, "1 2 3"},
+	} {
+		fields := c.m.ProtoReflect().Descriptor().Fields()
+		var nums []int
+		for i := range fields.Len() {
+			nums = append(nums, int(fields.Get(i).Number()))
+		}
+		slices.Sort(nums)
+		got := strings.Trim(fmt.Sprint(nums), "[]")
+		if got != c.known {
+			t.Errorf("%T has fields %s, the codec knows %s", c.m, got, c.known)
+		}
 	}
 }
