@@ -8,10 +8,15 @@
 # an order that rotates from round to round — so that a change in the
 # machine's load (it is shared) hits them alike. Each run starts the service
 # afresh. At the end it prints, per service and API, the median over the
-# rounds of decisions/s, p50, p99 and the service's CPU per decision, then
-# tollgate on Redis against envoyproxy/ratelimit: the median of the rounds'
-# ratios (each round's pair ran minutes apart at most) and the ratio of the
-# medians.
+# rounds of decisions/s, p50, p99 and the CPU per decision of each process
+# that ran: the service, the load generator (serveload) and redis-server
+# (for the services on Redis), each read from /proc over the measured run;
+# then tollgate on Redis against envoyproxy/ratelimit: the median of the
+# rounds' ratios (each round's pair ran minutes apart at most) and the ratio
+# of the medians; and last, tollgate on Redis's own CPU per decision,
+# decisions/s and p99 over gRPC set against envoyproxy/ratelimit's and their
+# goals (CPU at most a third of envoy's, decisions/s at least 2.5 times,
+# p99 at most a third).
 #
 #   bench/serveload/compare.sh                       # tollgate only
 #   ENVOY_RATELIMIT=/path/to/ratelimit bench/serveload/compare.sh
@@ -62,37 +67,41 @@ go build -o "$work/serveload" .
 
 rport=$(freeport)
 redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
-pids+=($!)
+rpid=$!
+pids+=("$rpid")
 waitport "$rport"
 
-# load label pid grpc-addr json-url [debug-addr]: one measured run per API.
-# With a debug address and PROFILE set, the gRPC run is profiled.
+# load label pid store-pid grpc-addr json-url [debug-addr]: one measured run
+# per API, measuring the CPU of the service (pid), serveload and the store
+# (store-pid, 0 for none). With a debug address and PROFILE set, the gRPC
+# run is profiled.
 load() {
+  local label=$1 pid=$2 spid=$3; shift 3
   local api
   for api in $APIS; do
     local prof=""
-    if [ "$api" = grpc ] && [ -n "${5:-}" ]; then
+    if [ "$api" = grpc ] && [ -n "${3:-}" ]; then
       local secs=${DURATION%s}
-      curl -s -o "$PROFILE" "http://$5/debug/pprof/profile?seconds=$((secs + 1))" &
+      curl -s -o "$PROFILE" "http://$3/debug/pprof/profile?seconds=$((secs + 1))" &
       prof=$!
     fi
     case $api in
-      grpc) "$work/serveload" grpc --client "$CLIENT" --addr "$3" --conns "$CONNS" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$2" --label "$1" --tsv "$tsv" ;;
-      json) "$work/serveload" json --url "$4" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$2" --label "$1" --tsv "$tsv" ;;
+      grpc) "$work/serveload" grpc --client "$CLIENT" --addr "$1" --conns "$CONNS" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$pid" --store-pid "$spid" --label "$label" --tsv "$tsv" ;;
+      json) "$work/serveload" json --url "$2" --inflight "$INFLIGHT" --values "$VALUES" --duration "$DURATION" --pid "$pid" --store-pid "$spid" --label "$label" --tsv "$tsv" ;;
     esac
     if [ -n "$prof" ]; then wait "$prof" || true; fi
   done
 }
 
-run_tollgate() { # label binary profile(0/1) extra-args...
-  local label=$1 bin=$2 profile=$3; shift 3
+run_tollgate() { # label binary profile(0/1) store-pid extra-args...
+  local label=$1 bin=$2 profile=$3 spid=$4; shift 4
   local hp gp dp="" debug=()
   hp=$(freeport); gp=$(freeport)
   if [ "$profile" = 1 ]; then dp=127.0.0.1:$(freeport); debug=(--debug "$dp"); fi
   "$bin" serve --config ratelimit.yaml --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" --log-level warn "${debug[@]}" "$@" &
   local pid=$!
   waitport "$gp"
-  load "$label" "$pid" "127.0.0.1:$gp" "http://127.0.0.1:$hp/json" "$dp"
+  load "$label" "$pid" "$spid" "127.0.0.1:$gp" "http://127.0.0.1:$hp/json" "$dp"
   # Descriptors answered by the failure mode (the store failed or missed
   # its deadline) are answers that made no decision: count them, so that a
   # service that fails open under load cannot pass for a fast one.
@@ -112,7 +121,7 @@ run_envoy() {
     "$ENVOY_RATELIMIT" >"$work/envoy.log" 2>&1 &
   local pid=$!
   waitport "$gp"
-  load "envoyproxy/ratelimit redis" "$pid" "127.0.0.1:$gp" "http://127.0.0.1:$hp/json"
+  load "envoyproxy/ratelimit redis" "$pid" "$rpid" "127.0.0.1:$gp" "http://127.0.0.1:$hp/json"
   stop "$pid"
 }
 
@@ -126,9 +135,9 @@ run_service() { # name round
   local profile=0
   if [ -n "${PROFILE:-}" ] && [ "$2" = "$ROUNDS" ]; then profile=1; fi
   case $1 in
-    memory) run_tollgate "tollgate memory" "$work/tollgate" 0 ;;
-    redis) run_tollgate "tollgate redis" "$work/tollgate" "$profile" --redis "redis://127.0.0.1:$rport" ;;
-    base) run_tollgate "$BASE_LABEL redis" "$TOLLGATE_BASE" 0 --redis "redis://127.0.0.1:$rport" ;;
+    memory) run_tollgate "tollgate memory" "$work/tollgate" 0 0 ;;
+    redis) run_tollgate "tollgate redis" "$work/tollgate" "$profile" "$rpid" --redis "redis://127.0.0.1:$rport" ;;
+    base) run_tollgate "$BASE_LABEL redis" "$TOLLGATE_BASE" 0 "$rpid" --redis "redis://127.0.0.1:$rport" ;;
     envoy) run_envoy ;;
   esac
 }
@@ -152,19 +161,28 @@ for line in open(sys.argv[3]):
     label, n = line.rstrip("\n").split("\t")
     failed[label] += int(n)
 
-runs = defaultdict(list)  # (label, api) -> [(rate, p50, p99, cpu)], in round order
+# (label, api) -> [(rate, p50, p99, service CPU, serveload CPU, redis-server CPU)], in
+# round order; CPU in µs per decision, NaN when not measured.
+runs = defaultdict(list)
 for line in open(sys.argv[1]):
-    label, api, rate, p50, p99, cpu = line.rstrip("\n").split("\t")
-    runs[(label, api)].append((float(rate), int(p50), int(p99), float(cpu) if cpu else float("nan")))
+    f = line.rstrip("\n").split("\t")
+    f += [""] * (8 - len(f))
+    label, api, rate, p50, p99 = f[:5]
+    runs[(label, api)].append((float(rate), int(p50), int(p99), *(float(c) if c else float("nan") for c in f[5:8])))
 
 med = lambda xs: statistics.median(xs)
-print("\n| service | API | rounds | decisions/s (median; min–max) | p50 | p99 (median; min–max) | service CPU/decision | answered by the failure mode (all its runs, every API) |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+def cpu(rs, i):
+    xs = [r[i] for r in rs if r[i] == r[i]]
+    return f"{med(xs):.1f} µs" if xs else "—"
+
+print("\n| service | API | rounds | decisions/s (median; min–max) | p50 | p99 (median; min–max) | service CPU/decision | serveload CPU/decision | redis-server CPU/decision | answered by the failure mode (all its runs, every API) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (label, api), rs in runs.items():
     rate = [r[0] for r in rs]; p99 = [r[2] for r in rs]
     print(f"| {label} | {api} | {len(rs)} | {med(rate):,.0f} ({min(rate):,.0f}–{max(rate):,.0f}) | "
           f"{med([r[1] for r in rs]) / 1000:.1f} ms | {med(p99) / 1000:.1f} ms ({min(p99) / 1000:.1f}–{max(p99) / 1000:.1f}) | "
-          f"{med([r[3] for r in rs]):.1f} µs | {failed[label] if label in failed else '—'} |")
+          f"{cpu(rs, 3)} | {cpu(rs, 4)} | {cpu(rs, 5)} | {failed[label] if label in failed else '—'} |")
 
 def compare(a, b):
     for api in ("grpc", "json"):
@@ -174,13 +192,27 @@ def compare(a, b):
         k = min(len(x), len(y))
         rate = [x[i][0] / y[i][0] for i in range(k)]
         p99 = [x[i][2] / y[i][2] for i in range(k)]
+        cpu = [x[i][3] / y[i][3] for i in range(k)]
         print(f"{a} / {b}, {api}: decisions/s {med(rate):.2f}× (rounds {', '.join(f'{v:.2f}' for v in rate)}; "
               f"ratio of medians {med([r[0] for r in x]) / med([r[0] for r in y]):.2f}×), "
               f"p99 {med(p99):.2f}× (rounds {', '.join(f'{v:.2f}' for v in p99)}; "
-              f"ratio of medians {med([r[2] for r in x]) / med([r[2] for r in y]):.2f}×)")
+              f"ratio of medians {med([r[2] for r in x]) / med([r[2] for r in y]):.2f}×), "
+              f"service CPU/decision {med(cpu):.2f}× (rounds {', '.join(f'{v:.2f}' for v in cpu)})")
 
 print()
 compare("tollgate redis", "envoyproxy/ratelimit redis")
 compare("tollgate redis", sys.argv[2])
 compare(sys.argv[2], "envoyproxy/ratelimit redis")
+
+# The goals of tollgate on Redis against envoyproxy/ratelimit on the same
+# Redis, over gRPC (Envoy's protocol), from the medians over the rounds.
+t, e = runs.get(("tollgate redis", "grpc")), runs.get(("envoyproxy/ratelimit redis", "grpc"))
+if t and e:
+    verdict = lambda ok: "met" if ok else "missed"
+    tc, ec = med([r[3] for r in t]), med([r[3] for r in e])
+    print(f"\nservice CPU per decision: tollgate {tc:.1f} µs, envoy {ec:.1f} µs = {tc / ec:.2f} of envoy's (goal ≤ 0.33): {verdict(tc / ec <= 0.33)}")
+    tr, er = med([r[0] for r in t]), med([r[0] for r in e])
+    print(f"decisions/s: tollgate {tr:,.0f}, envoy {er:,.0f} = {tr / er:.2f}× envoy's (goal ≥ 2.5×): {verdict(tr / er >= 2.5)}")
+    tp, ep = med([r[2] for r in t]), med([r[2] for r in e])
+    print(f"p99: tollgate {tp / 1000:.2f} ms, envoy {ep / 1000:.2f} ms = {tp / ep:.2f} of envoy's (goal ≤ ⅓): {verdict(tp / ep <= 1 / 3)}")
 EOF

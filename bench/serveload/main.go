@@ -9,7 +9,9 @@
 // Every request carries one descriptor, (key, value) with the value drawn
 // at random from --values distinct ones, in --domain. With --pid, the
 // service's CPU time (user + system, from /proc) over the run is divided by
-// the decisions made: its own CPU per decision. The load generator runs on
+// the decisions made: its own CPU per decision; the load generator's own is
+// measured alike, and with --store-pid the store's (redis-server) too. The
+// load generator runs on
 // the same machine and competes for its cores: compare services measured in
 // the same run, not figures from different machines. For that reason the
 // gRPC mode's calls are made by a client of its own (h2conn: HTTP/2 frames
@@ -51,6 +53,7 @@ type options struct {
 	duration time.Duration
 	warmup   time.Duration
 	pid      int
+	storePID int
 	conns    int
 	label    string
 	tsv      string
@@ -78,9 +81,10 @@ func main() {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to measure")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before measuring (connections, caches, scripts)")
 	fs.IntVar(&o.pid, "pid", 0, "the service's process id, to measure its CPU per decision")
+	fs.IntVar(&o.storePID, "store-pid", 0, "the store's process id (redis-server), to measure its CPU per decision")
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections (Envoy uses one per worker thread)")
 	fs.StringVar(&o.label, "label", "", "a name for the result line")
-	fs.StringVar(&o.tsv, "tsv", "", "also append the result to this file as one tab-separated line: label, mode, decisions/s, p50 µs, p99 µs, service CPU µs/decision (compare.sh adds up its rounds from it)")
+	fs.StringVar(&o.tsv, "tsv", "", "also append the result to this file as one tab-separated line: label, mode, decisions/s, p50 µs, p99 µs, then CPU µs/decision of the service, the load generator and the store, each empty when not measured (compare.sh adds up its rounds from it)")
 	fs.StringVar(&o.client, "client", "lean", "gRPC client: lean (HTTP/2 frames written and read directly, the least CPU a call) or grpc-go (grpc-go's client)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the load generator's own CPU profile of the measured run to this file")
 	fs.Parse(os.Args[2:])
@@ -113,10 +117,26 @@ type result struct {
 	elapsed    time.Duration
 	p50, p99   time.Duration
 	p999       time.Duration
-	cpu        time.Duration // the service's, during the measured run
-	cpuKnown   bool
-	own        time.Duration // the load generator's CPU during the run
+	cpu        [nprocs]time.Duration // each process's CPU during the measured run
+	cpuKnown   [nprocs]bool
 	firstError string
+}
+
+// The processes whose CPU time a run measures, as indexes of result.cpu.
+const (
+	procService = iota // the service (--pid)
+	procLoad           // the load generator itself
+	procStore          // the store behind the service (--store-pid)
+	nprocs
+)
+
+// perDecision returns process p's CPU per decision in microseconds, and
+// whether it was measured.
+func (r result) perDecision(p int) (float64, bool) {
+	if !r.cpuKnown[p] || r.decisions == 0 {
+		return 0, false
+	}
+	return float64(r.cpu[p].Microseconds()) / float64(r.decisions), true
 }
 
 func (r result) print(mode string, o options) {
@@ -128,13 +148,13 @@ func (r result) print(mode string, o options) {
 	fmt.Printf("%s: %d decisions in %.1fs = %.0f decisions/s; p50 %v p99 %v p99.9 %v; %d in flight over %d values; over_limit %d; errors %d",
 		label, r.decisions, r.elapsed.Seconds(), rate, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond),
 		o.inflight, o.values, r.overLimit, r.errors)
-	if r.cpuKnown && r.decisions > 0 {
-		fmt.Printf("; service CPU %.1f µs/decision", float64(r.cpu.Microseconds())/float64(r.decisions))
-	}
-	if r.own > 0 && r.decisions > 0 {
-		// What the service's rivals for the same cores spend: the load
-		// generator's share bounds the ratio of two services' decisions/s.
-		fmt.Printf("; load generator CPU %.1f µs/decision", float64(r.own.Microseconds())/float64(r.decisions))
+	// Besides the service's own, what its rivals for the same cores spend:
+	// the load generator's and the store's shares bound the ratio of two
+	// services' decisions/s.
+	for p, name := range [nprocs]string{"service", "load generator", "store"} {
+		if us, ok := r.perDecision(p); ok {
+			fmt.Printf("; %s CPU %.1f µs/decision", name, us)
+		}
 	}
 	fmt.Println()
 	if r.firstError != "" {
@@ -144,15 +164,18 @@ func (r result) print(mode string, o options) {
 
 // appendTSV appends the result to the file at path as one line of
 // tab-separated fields: label, mode, decisions/s, p50 and p99 in
-// microseconds, and the service's CPU per decision in microseconds (empty
-// when unknown).
+// microseconds, then the CPU per decision in microseconds of the service,
+// the load generator and the store (each empty when unknown).
 func (r result) appendTSV(path, mode string, o options) error {
-	cpu := ""
-	if r.cpuKnown && r.decisions > 0 {
-		cpu = strconv.FormatFloat(float64(r.cpu.Microseconds())/float64(r.decisions), 'f', 1, 64)
+	line := fmt.Sprintf("%s\t%s\t%.0f\t%d\t%d", o.label, mode, float64(r.decisions)/r.elapsed.Seconds(),
+		r.p50.Microseconds(), r.p99.Microseconds())
+	for p := range nprocs {
+		line += "\t"
+		if us, ok := r.perDecision(p); ok {
+			line += strconv.FormatFloat(us, 'f', 1, 64)
+		}
 	}
-	line := fmt.Sprintf("%s\t%s\t%.0f\t%d\t%d\t%s\n", o.label, mode, float64(r.decisions)/r.elapsed.Seconds(),
-		r.p50.Microseconds(), r.p99.Microseconds(), cpu)
+	line += "\n"
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -187,6 +210,40 @@ func cpuTime(pid int) (time.Duration, error) {
 	}
 	const ticks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / ticks, nil
+}
+
+// cpuWindow is the CPU time of the processes a run measures at the start of
+// its measured window.
+type cpuWindow struct {
+	pids [nprocs]int
+	t0   [nprocs]time.Duration
+	ok   [nprocs]bool
+}
+
+// startCPU reads the CPU time of the service, the load generator and the
+// store that o names (those with a process id) at the start of a measured
+// window.
+func startCPU(o options) *cpuWindow {
+	w := &cpuWindow{pids: [nprocs]int{procService: o.pid, procLoad: os.Getpid(), procStore: o.storePID}}
+	for p, pid := range w.pids {
+		if pid > 0 {
+			t, err := cpuTime(pid)
+			w.t0[p], w.ok[p] = t, err == nil
+		}
+	}
+	return w
+}
+
+// end records in r the CPU time each process spent since startCPU.
+func (w *cpuWindow) end(r *result) {
+	for p, pid := range w.pids {
+		if !w.ok[p] {
+			continue
+		}
+		if t, err := cpuTime(pid); err == nil {
+			r.cpu[p], r.cpuKnown[p] = t-w.t0[p], true
+		}
+	}
 }
 
 // startProfile starts a CPU profile of the load generator into the file
@@ -387,11 +444,7 @@ func (g *grpcLoad) work(w int, call func(i int) (pb.RateLimitResponse_Code, erro
 // load generator and the service (o.pid) spend meanwhile, under the
 // profile o asks for. On an error it stops the workers.
 func (g *grpcLoad) measure(o options) error {
-	cpu0, cpuErr := time.Duration(0), error(nil)
-	if o.pid > 0 {
-		cpu0, cpuErr = cpuTime(o.pid)
-	}
-	own0, ownErr := cpuTime(os.Getpid())
+	cpu := startCPU(o)
 	stopProfile, err := startProfile(o.profile)
 	if err != nil {
 		g.stop.Store(true)
@@ -408,14 +461,7 @@ func (g *grpcLoad) measure(o options) error {
 		return err
 	}
 	g.res.elapsed = time.Since(start)
-	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
-		g.res.own = own1 - own0
-	}
-	if o.pid > 0 && cpuErr == nil {
-		if cpu1, err := cpuTime(o.pid); err == nil {
-			g.res.cpu, g.res.cpuKnown = cpu1-cpu0, true
-		}
-	}
+	cpu.end(&g.res)
 	return nil
 }
 
@@ -460,24 +506,13 @@ func runJSON(url string, o options) (result, error) {
 	}
 	attack(o.warmup, nil)
 	var m vegeta.Metrics
-	cpu0, cpuErr := time.Duration(0), error(nil)
-	if o.pid > 0 {
-		cpu0, cpuErr = cpuTime(o.pid)
-	}
-	own0, ownErr := cpuTime(os.Getpid())
+	cpu := startCPU(o)
 	start := time.Now()
 	attack(o.duration, &m)
 	elapsed := time.Since(start)
 	m.Close()
 	res := result{decisions: int(m.Requests), elapsed: elapsed, p50: m.Latencies.P50, p99: m.Latencies.P99, p999: m.Latencies.Quantile(0.999)}
-	if own1, err := cpuTime(os.Getpid()); err == nil && ownErr == nil {
-		res.own = own1 - own0
-	}
-	if o.pid > 0 && cpuErr == nil {
-		if cpu1, err := cpuTime(o.pid); err == nil {
-			res.cpu, res.cpuKnown = cpu1-cpu0, true
-		}
-	}
+	cpu.end(&res)
 	for code, n := range m.StatusCodes {
 		switch code {
 		case "200":

@@ -158,7 +158,7 @@ var envoyVars = []envoyVar{
 	{name: "REDIS_TLS_CACERT", flag: "redis-tls-ca", on: redisTLSOn, note: "--redis-tls-ca, with REDIS_TLS=true"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", flag: "redis-tls-skip-verify-hostname", on: redisTLSOn, note: "--redis-tls-skip-verify-hostname, with REDIS_TLS=true"},
 	{name: "REDIS_TIMEOUT", def: "10s", flag: "redis", on: redisOn, note: "the --redis URL's dial_timeout (envoy bounds connecting by it; each request's Redis calls are bounded by --timeout)"},
-	{name: "REDIS_PIPELINE_WINDOW", def: "0", flag: "redis-pipeline", note: "--redis-pipeline; unset, tollgate's 50µs"},
+	{name: "REDIS_PIPELINE_WINDOW", def: "0", flag: "redis-pipeline", note: "--redis-pipeline; unset, tollgate's 1ms"},
 	{name: "REDIS_PIPELINE_LIMIT", def: "0", kind: envoySame, check: checkInt, note: "unused by envoy too (deprecated); --redis-pipeline sends at most 64 decisions together"},
 	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", def: "1", kind: envoySame, check: checkInt, note: "a Cluster client sends to its nodes in parallel, one pipeline per node"},
 	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", def: "false", kind: envoySame, check: checkBool, note: "/readyz and the gRPC health service follow a Redis ping every second, true or false"},

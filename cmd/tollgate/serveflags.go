@@ -167,7 +167,14 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.redis, "redis", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (default: $REDIS_URL, else the embedded memory store, one instance)")
 	fs.StringVar(&f.redisPwFile, "redis-password-file", "", "file whose first line is the Redis password, replacing the URL's (for Sentinel, the master's); default: the --redis URL's, else $REDIS_AUTH, else $REDIS_URL's")
 	fs.StringVar(&f.redisPrefix, "redis-prefix", "tollgate:", "prefix of every Redis key")
-	fs.DurationVar(&f.pipeline, "redis-pipeline", 50*time.Microsecond, "gather concurrent decisions for up to this long (or 64 of them) and send them to Redis as one pipeline, each still its own script call bounded by --timeout; 0 sends each alone")
+	// The window only bounds how long decisions gathered behind a round
+	// trip in flight wait for it to return: under load each pipeline
+	// carries what came during the last one. A window shorter than a
+	// round trip sends the batch early, from a goroutine of its own, as a
+	// second pipeline in flight beside the first: 50 µs took the service
+	// about a seventh more CPU a decision than 1 ms (redisstore's own
+	// default), with no lower p99.
+	fs.DurationVar(&f.pipeline, "redis-pipeline", time.Millisecond, "send concurrent decisions to Redis in pipelines: one made while none is in flight goes at once, those made meanwhile go together when it returns, after at most this long (or at 64), each bounded by --timeout; 0 sends each alone")
 	fs.DurationVar(&f.timeout, "timeout", enforce.DefaultTimeout, "deadline of a request's store calls; past it, each rule's failure mode answers")
 	fs.StringVar(&f.failureMode, "failure-mode", "open", "what rules without failure_mode answer when the store fails: open (OK) or closed (OVER_LIMIT)")
 	fs.DurationVar(&f.failRetry, "fail-closed-retry-after", service.DefaultFailClosedRetryAfter, "Retry-After (and duration_until_reset) of an answer over the limit because a rule failed closed: when to come back, unless a denial waits longer")

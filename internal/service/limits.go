@@ -95,10 +95,12 @@ func WithMaxRequestBytes(n int) Option {
 
 // GRPCServerOptions returns the options the gRPC server that the Server is
 // registered on (RegisterGRPC) should be made with: the largest message it
-// receives (WithMaxRequestBytes). Without them grpc-go accepts 4 MB
-// messages, hundreds of thousands of descriptors.
+// receives (WithMaxRequestBytes) — without them grpc-go accepts 4 MB
+// messages, hundreds of thousands of descriptors — and a codec that reads
+// requests and writes responses without proto's reflection, to the same
+// bytes (rlsCodec).
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.max.bytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.max.bytes), grpc.ForceServerCodecV2(newRLSCodec())}
 }
 
 // invalidReason is why a request was refused as invalid: the reason label
