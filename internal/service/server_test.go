@@ -72,7 +72,10 @@ func newTestServer(t testing.TB, rules string, opts ...Option) *Server {
 	t.Helper()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	opts = append([]Option{WithClock(clock), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	// A deadline no loaded test machine misses: a decision answered by
+	// the failure mode would fail a test about decisions. Tests of the
+	// deadline pass their own.
+	opts = append([]Option{WithClock(clock), WithTimeout(time.Minute), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
 	s, err := New(memorystore.New(memorystore.WithClock(clock)), opts...)
 	if err != nil {
 		t.Fatal(err)
