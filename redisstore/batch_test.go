@@ -213,7 +213,7 @@ func TestBatchServerTime(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		ts, err := rdb.HGet(ctx, s.Key(k, limit), "ts").Result()
+		ts, err := bucketField(ctx, rdb, s.Key(k, limit), "ts")
 		if err != nil {
 			t.Fatal(err)
 		}

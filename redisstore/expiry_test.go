@@ -67,7 +67,7 @@ func TestBucketWithoutExpiry(t *testing.T) {
 			if _, err := m.AllowN(k, tc.first.limit, tc.first.n, now()); err != nil {
 				t.Fatal(err)
 			}
-			if err := rdb.HDel(ctx, name, "e").Err(); err != nil {
+			if err := toOldBucket(ctx, rdb, name, true); err != nil {
 				t.Fatal(err)
 			}
 			for i, c := range tc.then {
@@ -90,7 +90,7 @@ func TestBucketWithoutExpiry(t *testing.T) {
 				if got != want {
 					t.Fatalf("call %d (at %v, n %d, %v):\n got %+v\nwant %+v", i, c.at, c.n, c.limit, got, want)
 				}
-				e, err := rdb.HGet(ctx, name, "e").Int64()
+				e, err := bucketInt(ctx, rdb, name, "e")
 				if err != nil && !errors.Is(err, redis.Nil) {
 					t.Fatal(err)
 				}

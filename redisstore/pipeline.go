@@ -278,6 +278,9 @@ func (p *pipeliner) exec(b *batch) {
 	args := make([][]any, len(groups))
 	for i, g := range groups {
 		keys[i] = make([]string, len(g))
+		// Every call of a group has its algorithm's number of arguments:
+		// one allocation of the right size, not one per doubling.
+		args[i] = make([]any, 0, len(g)*len(b.calls[g[0]].args))
 		for j, c := range g {
 			keys[i][j] = b.calls[c].key
 			args[i] = append(args[i], b.calls[c].args...)

@@ -177,12 +177,12 @@ type bucket struct{ tokens, ts int64 }
 
 func bucketState(t *testing.T, rdb *redis.Client, k string) bucket {
 	t.Helper()
-	v, err := rdb.HMGet(context.Background(), k, "t", "ts").Result()
+	v, err := bucketFields(context.Background(), rdb, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
-	ts, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+	tokens, err1 := strconv.ParseInt(v["t"], 10, 64)
+	ts, err2 := strconv.ParseInt(v["ts"], 10, 64)
 	if err1 != nil || err2 != nil {
 		t.Fatalf("bucket %s holds %v", k, v)
 	}

@@ -346,20 +346,80 @@ func (s *Store) run(ctx context.Context, alg tollgate.Algorithm, rkey string, ar
 
 // scriptArgs returns the arguments of a decision's script (ARGV) for the
 // checked request p of cost n; now is the time in µs, or "" for the
-// server's.
+// server's. The arguments that come from the limit are boxed once per
+// limit (see argTemplate): one allocation a decision, the slice, instead
+// of one for each argument of 256 or more as well.
 func scriptArgs(p tollgate.Params, n int, now string) []any {
+	var k argKey
 	switch p.Algorithm {
 	case tollgate.TokenBucket:
-		return []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDebt}
+		k = argKey{p.Algorithm, 3, [4]int64{p.UnitRate, p.Unit, p.Burst, p.MaxDebt}}
 	case tollgate.LeakyBucket:
-		return []any{p.UnitRate, p.Unit, p.Burst, n, now, p.MaxDelayUS}
+		k = argKey{p.Algorithm, 3, [4]int64{p.UnitRate, p.Unit, p.Burst, p.MaxDelayUS}}
 	case tollgate.GCRA:
-		return []any{p.UnitRate, p.Unit, p.Burst, n, now}
+		k = argKey{p.Algorithm, 3, [4]int64{p.UnitRate, p.Unit, p.Burst, -1}}
 	case tollgate.SlidingWindowCounter:
-		return []any{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), n, now}
+		k = argKey{p.Algorithm, 3, [4]int64{p.Rate, p.PeriodUS, exact.SlidingGrain(p.PeriodUS), -1}}
 	default: // FixedWindow, SlidingWindowLog
-		return []any{p.Rate, p.PeriodUS, n, now}
+		k = argKey{p.Algorithm, 2, [4]int64{p.Rate, p.PeriodUS, -1, -1}}
 	}
+	slot := &argTemplates[k.slot()]
+	t := slot.Load()
+	if t == nil || t.key != k {
+		t = newArgTemplate(k)
+		slot.Store(t)
+	}
+	args := make([]any, len(t.args))
+	copy(args, t.args)
+	args[k.at], args[k.at+1] = n, now
+	return args
+}
+
+// argKey identifies a limit's script arguments: the algorithm, where n
+// goes (now follows it), and the values of the others in order, -1 for
+// none.
+type argKey struct {
+	alg  tollgate.Algorithm
+	at   int
+	vals [4]int64
+}
+
+// slot returns the index of k's entry in argTemplates.
+func (k argKey) slot() int {
+	h := uint64(k.alg)
+	for _, v := range k.vals {
+		h = (h ^ uint64(v)) * 0x100000001b3
+	}
+	return int(h>>32) % len(argTemplates)
+}
+
+// argTemplate is a limit's script arguments, boxed, with n and now left
+// to fill in. Templates are never changed once stored, only replaced.
+type argTemplate struct {
+	key  argKey
+	args []any
+}
+
+// argTemplates holds the templates of the limits most recently decided
+// under, one per slot: a service's limits are few, and a limit whose slot
+// another took costs one template the next time, not a wrong argument.
+var argTemplates [64]atomic.Pointer[argTemplate]
+
+func newArgTemplate(k argKey) *argTemplate {
+	t := &argTemplate{key: k}
+	for _, v := range k.vals {
+		if v < 0 {
+			break
+		}
+		if len(t.args) == k.at {
+			t.args = append(t.args, nil, nil) // n and now
+		}
+		t.args = append(t.args, v)
+	}
+	if len(t.args) == k.at {
+		t.args = append(t.args, nil, nil)
+	}
+	return t
 }
 
 // result turns a script's reply, or the error in its place, into the

@@ -131,7 +131,7 @@ func TestServerTime(t *testing.T) {
 		}
 	}
 	// The state carries the server's time, to the µs.
-	ts, err := rdb.HGet(ctx, s.Key(k, limit), "ts").Int64()
+	ts, err := bucketInt(ctx, rdb, s.Key(k, limit), "ts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestFarFutureTimestamps(t *testing.T) {
 	if err != nil || !res.Allowed {
 		t.Fatalf("AllowN = %+v, %v", res, err)
 	}
-	got, err := rdb.HGet(ctx, s.Key(k, tollgate.PerSecond(2)), "ts").Result()
+	got, err := bucketField(ctx, rdb, s.Key(k, tollgate.PerSecond(2)), "ts")
 	if err != nil {
 		t.Fatal(err)
 	}

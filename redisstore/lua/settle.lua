@@ -84,13 +84,13 @@ end
 -- tb corrects a token bucket. A debt is tokens below 0, MaxDebt tokens at
 -- most.
 local function tb(key, argv, o, now, d)
-  -- uses token_bucket.lua: tb_read, tb_write
+  -- uses token_bucket.lua: tb_read, tb_write, tb_keep
   local rate = tonumber(argv[o + 6])
   local unit = tonumber(argv[o + 7])
   local burst = tonumber(argv[o + 8])
   local capacity = burst * unit
 
-  local tokens, ts, same, found, e, stale = tb_read(key, now, rate, unit, argv[o + 7], capacity, argv[o + 9])
+  local tokens, ts, same, found, e, stale, sv = tb_read(key, now, rate, unit, argv[o + 7], capacity, argv[o + 9])
   if not tokens then
     return corrupt()
   end
@@ -111,10 +111,9 @@ local function tb(key, argv, o, now, d)
     reset = lag + cdiv(capacity - tokens, rate)
   end
   if d == 0 then
-    bucket_keep(key, true, e, false, now, reset)
+    tb_keep(key, true, e, false, now, reset, sv)
   elseif reset > 0 then
-    tb_write(key, tokens, ts, same, argv[o + 7], now + reset)
-    expire(key, reset)
+    tb_write(key, tokens, ts, argv[o + 7], reset, now)
   else
     redis.call('DEL', key) -- refunded to full: it expires now
   end
