@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -35,13 +34,13 @@ import (
 // the entry's one line of memory holds all a look-up compares: a key kept
 // apart would be a second miss of the CPU's caches, which could only start
 // once the entry had arrived. A longer key is kept in its shard's keys,
-// and the entry holds its index there. So the table holds no pointers,
-// and the garbage collector never scans it.
+// and the entry holds where its bytes are there. So the table holds no
+// pointers, and the garbage collector never scans it.
 type entry struct {
 	tag  uint64 // the key's hash and length: see tagOf
 	kind uint64 // the period in µs << 3 | the algorithm
 	// k0 and k1 are the key's bytes (see keyWords), or for a key longer
-	// than inlineKey, k0 is its index in the shard's keys and k1 is 0.
+	// than inlineKey, its offset in the shard's long and its length.
 	k0, k1 uint64
 	state
 }
@@ -112,10 +111,13 @@ type shard struct {
 	// is gone: a new key reuses one, with its buffer if it kept one.
 	logs     []ring
 	freeLogs []int
-	// keys holds the keys longer than inlineKey (their entry's k0 is the
-	// index), freeKeys the indexes of keys that are gone.
-	keys      []string
-	freeKeys  []int
+	// long holds the bytes of the keys longer than inlineKey, end to end,
+	// each where its entry's k0 says: a look-up compares them in place,
+	// one read of memory beyond the entry, as a key's own string would
+	// be. garbage counts the bytes of keys that are gone, which place
+	// reclaims by compacting long once they are half of it.
+	long      []byte
+	garbage   int
 	evictions atomic.Uint64
 	index     int // the shard's place in the store's shards
 	// where is tab's address with log2(len(tab)) in its top 6 bits (Go's
@@ -123,7 +125,7 @@ type shard struct {
 	// key's entry: a stale or wrong value costs a useless prefetch,
 	// nothing more.
 	where atomic.Uint64
-	_     [16]byte // 128 bytes: neighbouring shards' locks on lines of their own
+	_     [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
 }
 
 // maxFreeBuffers bounds how many sliding window logs whose key is gone keep
@@ -154,14 +156,14 @@ func (sh *shard) find(h, kind uint64, key string) int {
 	}
 }
 
-// findLong is find for a key longer than inlineKey, compared in sh's keys
+// findLong is find for a key longer than inlineKey, compared in sh's long
 // only in the entries of its tag.
 func (sh *shard) findLong(h, kind uint64, key string) int {
 	tag := tagOf(h, key)
 	mask := uint64(len(sh.tab) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		e := &sh.tab[i]
-		if e.tag == tag && e.kind == kind && sh.keys[e.k0] == key {
+		if e.tag == tag && e.kind == kind && string(sh.long[e.k0:e.k0+e.k1]) == key {
 			return int(i)
 		}
 		if e.kind == 0 {
@@ -196,20 +198,37 @@ func (sh *shard) place(h, kind uint64, key string) int {
 	}
 	e := entry{tag: tagOf(h, key), kind: kind}
 	if len(key) > inlineKey {
-		if n := len(sh.freeKeys); n > 0 {
-			e.k0 = uint64(sh.freeKeys[n-1])
-			sh.freeKeys = sh.freeKeys[:n-1]
-			sh.keys[e.k0] = strings.Clone(key)
-		} else {
-			e.k0 = uint64(len(sh.keys))
-			sh.keys = append(sh.keys, strings.Clone(key))
+		if sh.garbage >= minGarbage && 2*sh.garbage >= len(sh.long) {
+			sh.compact()
 		}
+		e.k0, e.k1 = uint64(len(sh.long)), uint64(len(key))
+		sh.long = append(sh.long, key...)
 	} else {
 		e.k0, e.k1 = keyWords(key)
 	}
 	sh.tab[i] = e
 	sh.n++
 	return int(i)
+}
+
+// minGarbage is the fewest bytes of gone keys that a shard compacts its
+// long for: below it, compacting would cost more than the bytes are worth.
+const minGarbage = 4 << 10
+
+// compact moves the bytes of sh's (locked) long keys that are still there
+// into a new long, in the order of their entries, and points the entries
+// at them: the bytes of the keys that are gone are left behind. Its cost,
+// one pass over the table, is paid once for at least half of long gone.
+func (sh *shard) compact() {
+	long := make([]byte, 0, len(sh.long)-sh.garbage)
+	for i := range sh.tab {
+		if e := &sh.tab[i]; e.kind != 0 && e.tag>>56 > inlineKey {
+			off := uint64(len(long))
+			long = append(long, sh.long[e.k0:e.k0+e.k1]...)
+			e.k0 = off
+		}
+	}
+	sh.long, sh.garbage = long, 0
 }
 
 // grow doubles sh's table (or makes its first one).
@@ -248,8 +267,7 @@ func (sh *shard) remove(i int) {
 		sh.freeLogs = append(sh.freeLogs, int(e.a-1))
 	}
 	if e := &sh.tab[i]; e.tag>>56 > inlineKey {
-		sh.keys[e.k0] = ""
-		sh.freeKeys = append(sh.freeKeys, int(e.k0))
+		sh.garbage += int(e.k1)
 	}
 	sh.n--
 	mask := len(sh.tab) - 1
