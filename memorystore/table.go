@@ -125,7 +125,7 @@ type shard struct {
 	// key's entry: a stale or wrong value costs a useless prefetch,
 	// nothing more.
 	where atomic.Uint64
-	_     [32]byte // 128 bytes: neighbouring shards' locks on lines of their own
+	_     [112]byte // 256 bytes, two lines of 128: neighbouring shards' locks on lines of their own
 }
 
 // maxFreeBuffers bounds how many sliding window logs whose key is gone keep

@@ -248,3 +248,11 @@ func TestShortKeysSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestShardSize: a shard fills whole 128-byte lines (the unit the CPU's
+// adjacent-line prefetcher fetches), so no two shards' locks share one.
+func TestShardSize(t *testing.T) {
+	if got := unsafe.Sizeof(shard{}); got%128 != 0 {
+		t.Fatalf("a shard is %d bytes, want a multiple of 128", got)
+	}
+}
