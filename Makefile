@@ -25,7 +25,8 @@ test: deps
 # against sethvargo/go-limiter's httplimit and go-chi/httprate, then the
 # decision service
 # (bench/serveload), against envoyproxy/ratelimit when ENVOY_RATELIMIT
-# names its binary (built from its own source, never kept here).
+# names its binary (built from its own source, never kept here). Each part
+# ends with its paths against their goals.
 bench: deps
 	cd bench && $(GO) run ./cmd/compare
 	ENVOY_RATELIMIT="$(ENVOY_RATELIMIT)" bench/serveload/compare.sh
