@@ -365,9 +365,19 @@ func scriptArgs(p tollgate.Params, n int, now string) []any {
 	}
 	slot := &argTemplates[k.slot()]
 	t := slot.Load()
-	if t == nil || t.key != k {
+	if t == nil {
 		t = newArgTemplate(k)
-		slot.Store(t)
+		if !slot.CompareAndSwap(nil, t) {
+			t = slot.Load()
+		}
+	}
+	if t.key != k {
+		// The slot is another limit's, kept once taken, so that limits
+		// that share a slot never take turns replacing each other (which
+		// would box every argument on every call): box these here.
+		args := newArgTemplate(k).args
+		args[k.at], args[k.at+1] = n, now
+		return args
 	}
 	args := make([]any, len(t.args))
 	copy(args, t.args)
@@ -400,9 +410,9 @@ type argTemplate struct {
 	args []any
 }
 
-// argTemplates holds the templates of the limits most recently decided
-// under, one per slot: a service's limits are few, and a limit whose slot
-// another took costs one template the next time, not a wrong argument.
+// argTemplates holds the templates of the first limits decided under, one
+// per slot: a service's limits are few, and a limit whose slot another
+// took has its arguments boxed on every call, as without a template.
 var argTemplates [64]atomic.Pointer[argTemplate]
 
 func newArgTemplate(k argKey) *argTemplate {
