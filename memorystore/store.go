@@ -11,9 +11,9 @@
 // global lock) and allocates nothing for a key that exists. Memory is
 // bounded: at most WithMaxKeys keys, each a 64-byte entry in its shard's
 // table, which is kept between a quarter and half full (128 to 256 bytes a
-// key; a key of up to 16 bytes is kept in its entry, a longer one apart,
-// in its own bytes and a string's 16), plus 8 bytes per admitted request a
-// sliding window log remembers. On a store whose tables take 8 MiB or more, the
+// key), plus the bytes of a key longer than 16 (a shorter one is kept in
+// its entry) and 8 bytes per admitted request a sliding window log
+// remembers. On a store whose tables take 8 MiB or more, the
 // shards' tables of one size are allocated together, in one block, once
 // half the shards need one of that size, and every shard then moves into
 // it, the other half a little early: the tables take about 256 bytes a key
